@@ -1,0 +1,12 @@
+//! Flotilla's core: the typed model of every manifest, strict parsing with precise locations,
+//! and the lint rules. Later: the analysis, rollout and fleet state machines.
+//!
+//! Architecture invariant: nothing in this crate performs I/O. It never reads a file, opens a
+//! socket, reads a clock or spawns a process; callers hand it text, observations and `now`, and it
+//! hands back values and decisions.
+
+pub mod analysis;
+pub mod diagnostic;
+pub mod lint;
+pub mod manifest;
+pub mod spec;

@@ -1,0 +1,350 @@
+//! Flotilla's own kinds (flotilla.dev/v1alpha1): `Fleet`, the clusters a service runs on, and
+//! `FleetRollout`, how a Rollout reaches them in waves and what happens when a cluster fails.
+//!
+//! The shapes follow what a reader of ApplicationSet knows: a list generator with an explicit wave
+//! per cluster, or RollingSync-style ordered steps of label selectors with `maxUpdate`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::rollout::{AnalysisRunArgument as Argument, AnalysisTemplateRef};
+use super::{Duration, IntOrPercent, ObjectMeta};
+
+/// A set of clusters and how to reach each one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Fleet {
+    /// `flotilla.dev/v1alpha1`.
+    pub api_version: String,
+    /// `Fleet`.
+    pub kind: String,
+    /// Object metadata.
+    #[serde(default, deserialize_with = "super::common::null_as_default")]
+    pub metadata: ObjectMeta,
+    /// The clusters.
+    pub spec: FleetSpec,
+}
+
+/// The clusters of a fleet.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FleetSpec {
+    /// Every cluster of the fleet; names are unique.
+    #[serde(default)]
+    pub clusters: Vec<Cluster>,
+}
+
+/// One cluster: its identity, labels, and endpoints.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cluster {
+    /// Unique name; reaches analysis as the `cluster` argument.
+    pub name: String,
+    /// Region; reaches analysis as the `region` argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Labels that FleetRollout selectors match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// How the controller drives this cluster's traffic and workloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<ClusterEndpoint>,
+    /// This cluster's metrics provider; its address reaches analysis as `metrics-address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsEndpoint>,
+}
+
+/// How the controller reaches a cluster's data plane. Exactly one field is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterEndpoint {
+    /// The control API of a Flotilla agent (`http://127.0.0.1:7101`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// A Kubernetes API server (not driven by this version; lint warns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesEndpoint>,
+}
+
+/// A Kubernetes API endpoint.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubernetesEndpoint {
+    /// API server URL.
+    pub server: String,
+    /// Namespace the Rollout lives in (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A cluster's metrics provider.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricsEndpoint {
+    /// Provider address, e.g. a Prometheus at `http://127.0.0.1:9090`.
+    pub address: String,
+}
+
+/// A multi-cluster rollout: which Rollout, to which clusters, in which waves, with which gates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FleetRollout {
+    /// `flotilla.dev/v1alpha1`.
+    pub api_version: String,
+    /// `FleetRollout`.
+    pub kind: String,
+    /// Object metadata.
+    #[serde(default, deserialize_with = "super::common::null_as_default")]
+    pub metadata: ObjectMeta,
+    /// The desired behaviour.
+    pub spec: FleetRolloutSpec,
+}
+
+/// The desired behaviour of a FleetRollout.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FleetRolloutSpec {
+    /// The Fleet's `metadata.name`.
+    pub fleet: String,
+    /// The Rollout's `metadata.name`: the same Rollout runs on every target cluster.
+    pub rollout: String,
+    /// How clusters are grouped into waves.
+    pub waves: WaveSelection,
+    /// How long a wave must stay validated before the next starts (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake_time: Option<Duration>,
+    /// An analysis that must pass after each wave's bake, before the next wave starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_analysis: Option<WaveAnalysis>,
+    /// Per-cluster analysis arguments that override the Rollout's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_overrides: Vec<ClusterOverride>,
+    /// What happens when clusters fail or cannot be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<FailurePolicy>,
+    /// What a new fleet revision does to one in flight (default `Supersede`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_new_revision: Option<NewRevisionPolicy>,
+}
+
+/// Wave membership: an explicit list, or ordered label-selector steps. Exactly one is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaveSelection {
+    /// List generator: each cluster with its wave number (waves run in ascending order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<Vec<WaveElement>>,
+    /// RollingSync-style steps: step N is wave N+1 and takes the clusters its selector matches
+    /// that no earlier step took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<WaveStep>>,
+}
+
+/// One cluster's place in a list-generated wave layout.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaveElement {
+    /// The cluster's name in the Fleet.
+    pub cluster: String,
+    /// The wave number, 1 or more; equal numbers deploy in parallel.
+    pub wave: u32,
+}
+
+/// One label-selected wave.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaveStep {
+    /// Labels a cluster must all have.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Expressions a cluster's labels must all satisfy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+    /// At most this many (or this percent, rounded up) of the step's clusters progress at once
+    /// (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_update: Option<IntOrPercent>,
+}
+
+/// A label selector requirement, as Kubernetes and ApplicationSet write it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// How the key relates to the values.
+    pub operator: SelectorOperator,
+    /// Values for `In` and `NotIn`; must be empty for `Exists` and `DoesNotExist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// A label selector operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SelectorOperator {
+    /// The label's value is one of the values.
+    #[default]
+    In,
+    /// The label is absent or its value is none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl WaveStep {
+    /// Whether a cluster with these labels is selected by this step.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl LabelSelectorRequirement {
+    /// Whether a cluster with these labels satisfies the requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// An analysis run between waves, over the whole wave.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaveAnalysis {
+    /// The templates to run.
+    pub templates: Vec<AnalysisTemplateRef>,
+    /// Arguments for the templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Argument>,
+}
+
+/// Arguments that one cluster's analysis receives instead of the Rollout's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterOverride {
+    /// The cluster's name in the Fleet.
+    pub cluster: String,
+    /// Argument values for this cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Argument>,
+}
+
+/// What happens when clusters fail or cannot be reached.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailurePolicy {
+    /// Which clusters roll back when one fails (default `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_scope: Option<RollbackScope>,
+    /// Failed clusters a wave tolerates before the fleet halts (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failed_clusters: Option<u32>,
+    /// What to do with a cluster that cannot be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<UnreachablePolicy>,
+}
+
+/// Which clusters roll back when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RollbackScope {
+    /// Only the clusters whose analysis failed; validated clusters stay.
+    #[default]
+    Failed,
+    /// Every cluster of the failing wave that runs the new revision.
+    Wave,
+    /// Every cluster of the fleet that runs the new revision.
+    Fleet,
+}
+
+/// How long an unreachable cluster is retried, and what happens after.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnreachablePolicy {
+    /// How long to retry (with backoff) before acting (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// What to do after the timeout (default `halt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<UnreachableAction>,
+}
+
+/// What happens to a cluster unreachable past its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnreachableAction {
+    /// Halt the fleet.
+    #[default]
+    Halt,
+    /// Skip the cluster (reported as Skipped, never as validated) and continue.
+    Skip,
+}
+
+/// What a new fleet revision does to a rollout in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NewRevisionPolicy {
+    /// Abort in-flight canaries of the old revision, keep what was promoted, restart at wave 1.
+    #[default]
+    Supersede,
+    /// Let the rollout in flight finish (or halt) first, then start the new revision at wave 1.
+    Queue,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_operators_match_like_kubernetes() {
+        let req = |operator, values: &[&str]| LabelSelectorRequirement {
+            key: "wave".into(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let canary = labels(&[("wave", "canary")]);
+        let none = labels(&[]);
+        assert!(req(SelectorOperator::In, &["canary"]).matches(&canary));
+        assert!(!req(SelectorOperator::In, &["canary"]).matches(&none));
+        assert!(req(SelectorOperator::NotIn, &["prod"]).matches(&canary));
+        assert!(req(SelectorOperator::NotIn, &["prod"]).matches(&none));
+        assert!(req(SelectorOperator::Exists, &[]).matches(&canary));
+        assert!(req(SelectorOperator::DoesNotExist, &[]).matches(&none));
+    }
+
+    #[test]
+    fn a_fleet_rollout_parses_and_rejects_unknown_fields() {
+        let value = serde_json::json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetRollout",
+            "metadata": {"name": "payment-api"},
+            "spec": {
+                "fleet": "payments", "rollout": "payment-api",
+                "waves": {"list": [{"cluster": "canary-eu-west", "wave": 1}]},
+                "bakeTime": "10m",
+                "failurePolicy": {"rollbackScope": "failed", "unreachable": {"timeout": "5m", "action": "skip"}}
+            }
+        });
+        let parsed: FleetRollout = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(parsed.spec.bake_time, Some(Duration::from_secs(600)));
+        let mut bad = value;
+        bad["spec"]["waves"]["lists"] = serde_json::json!([]);
+        assert!(serde_json::from_value::<FleetRollout>(bad).is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! Reading manifest files and directories from disk, and linting them as one set.
+
+use std::path::{Path, PathBuf};
+
+use flotilla_core::diagnostic::{Diagnostic, Severity};
+use flotilla_core::lint::{self, Options};
+use flotilla_core::manifest::{self, LoadedManifest, MAX_FILE_BYTES};
+
+/// Why a path could not be read at all (as opposed to content that is wrong).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The path does not exist or cannot be opened.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path as given.
+        path: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// A directory held no manifest file.
+    #[error("{path}: directory holds no .yaml, .yml or .json file")]
+    EmptyDirectory {
+        /// The directory as given.
+        path: String,
+    },
+}
+
+/// The result of linting a set of files.
+#[derive(Debug, Default)]
+pub struct LintReport {
+    /// Every finding, sorted by file and position.
+    pub diagnostics: Vec<Diagnostic>,
+    /// How many manifests were decoded.
+    pub manifests: usize,
+    /// How many files were read.
+    pub files: usize,
+}
+
+impl LintReport {
+    /// Whether any finding is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error)
+    }
+}
+
+/// Expands directories (recursively, sorted) into the manifest files they hold.
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReadError> {
+    let mut files = Vec::new();
+    for path in paths {
+        let metadata = std::fs::metadata(path).map_err(|source| ReadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if metadata.is_dir() {
+            let before = files.len();
+            collect_dir(path, &mut files)?;
+            if files.len() == before {
+                return Err(ReadError::EmptyDirectory {
+                    path: path.display().to_string(),
+                });
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn collect_dir(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReadError> {
+    let io = |source| ReadError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect_dir(&entry, files)?;
+        } else if entry
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        {
+            files.push(entry);
+        }
+    }
+    Ok(())
+}
+
+/// Reads one file, refusing to read more than the manifest size limit into memory.
+pub fn read_manifest_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let io = |source| ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    // Read one byte past the limit so an oversized file is reported as such, not truncated.
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(bytes)
+}
+
+/// Loads every manifest of the given files; content problems become diagnostics.
+pub fn load_files(files: &[PathBuf]) -> Result<(Vec<LoadedManifest>, Vec<Diagnostic>), ReadError> {
+    let mut manifests = Vec::new();
+    let mut diagnostics = Vec::new();
+    for path in files {
+        let bytes = read_manifest_file(path)?;
+        let load = manifest::load_bytes(&path.display().to_string(), &bytes);
+        manifests.extend(load.manifests);
+        diagnostics.extend(load.diagnostics);
+    }
+    Ok((manifests, diagnostics))
+}
+
+/// Reads and lints files and directories as one set, so references across files resolve.
+pub fn lint_paths(paths: &[PathBuf], options: Options) -> Result<LintReport, ReadError> {
+    let files = expand_paths(paths)?;
+    let (manifests, mut diagnostics) = load_files(&files)?;
+    diagnostics.extend(lint::lint(&manifests, options));
+    if options.strict {
+        for d in &mut diagnostics {
+            if d.severity == Severity::Warning {
+                d.severity = Severity::Error;
+            }
+        }
+    }
+    lint::sort(&mut diagnostics);
+    Ok(LintReport {
+        diagnostics,
+        manifests: manifests.len(),
+        files: files.len(),
+    })
+}

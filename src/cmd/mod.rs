@@ -1,0 +1,28 @@
+//! Command-line definition and dispatch.
+
+mod lint;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Progressive delivery across a fleet of clusters: waves, analysis, targeted rollback.
+#[derive(Debug, Parser)]
+#[command(name = "flotilla", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate Rollouts, AnalysisTemplates, Fleets and FleetRollouts offline.
+    Lint(lint::LintArgs),
+}
+
+/// Runs the chosen command and returns the process exit code.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Lint(args) => lint::run(args),
+    }
+}

@@ -1,0 +1,302 @@
+//! End-to-end tests of `flotilla lint`: the Argo Rollouts corpus, the shipped example fleet, and
+//! hostile input, through the real binary and its exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/argo-rollouts")
+}
+
+struct Outcome {
+    code: i32,
+    diagnostics: Vec<Value>,
+    stderr: String,
+}
+
+fn lint(args: &[&str]) -> Outcome {
+    let output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("lint")
+        .args(["--output", "json"])
+        .args(args)
+        .output()
+        .expect("run flotilla");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let diagnostics = if output.stdout.is_empty() {
+        Vec::new()
+    } else {
+        let value: Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON {e}: {stdout}"));
+        value["diagnostics"].as_array().cloned().unwrap_or_default()
+    };
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        diagnostics,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn errors(outcome: &Outcome) -> Vec<&Value> {
+    outcome
+        .diagnostics
+        .iter()
+        .filter(|d| d["severity"] == "error")
+        .collect()
+}
+
+#[test]
+fn every_valid_corpus_file_lints_without_error() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus().join("lint"))
+        .expect("corpus present beside the project")
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("valid")
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "corpus lint files: {files:?}");
+    for file in files {
+        let outcome = lint(&[file.to_str().unwrap()]);
+        assert_eq!(
+            outcome.code,
+            0,
+            "{}: {:?}",
+            file.display(),
+            errors(&outcome)
+        );
+    }
+}
+
+#[test]
+fn every_corpus_example_lints_without_error() {
+    let outcome = lint(&[corpus().join("examples").to_str().unwrap()]);
+    assert_eq!(outcome.code, 0, "{:?}", errors(&outcome));
+    // Every Rollout and template was decoded (a decode failure would be an error above), and
+    // the other kinds were reported as ignored or understood, never failed.
+    let ignored: Vec<&str> = outcome
+        .diagnostics
+        .iter()
+        .filter(|d| d["rule"] == "ignored-kind")
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert!(ignored.contains(&"VirtualService"), "{ignored:?}");
+    assert!(!ignored.contains(&"Rollout"));
+}
+
+/// Each invalid upstream fixture fails with exit 1 and an error naming the field upstream names.
+#[test]
+fn every_invalid_corpus_file_fails_naming_the_field() {
+    let cases = [
+        (
+            "invalid.yml",
+            "spec.strategy.canary.maxSurge",
+            "MaxSurge and MaxUnavailable",
+        ),
+        (
+            "invalid-multiple-docs.yml",
+            "spec.strategy.canary.maxSurge",
+            "MaxSurge and MaxUnavailable",
+        ),
+        (
+            "invalid-empty-rollout-vsvc.yml",
+            "spec.selector",
+            "selector",
+        ),
+        (
+            "invalid-unknown-field.yml",
+            "spec.strategy.unknown-strategy",
+            "unknown field `unknown-strategy`",
+        ),
+        (
+            "invalid-service-labels.yml",
+            "spec.strategy.canary.canaryService",
+            "app=",
+        ),
+        (
+            "invalid-ping-pong.yml",
+            "spec.strategy.canary.pingPong.pingService",
+            "app=",
+        ),
+        (
+            "invalid-ingress-smi-multi.yml",
+            "spec.strategy.canary.canaryService",
+            "app=",
+        ),
+        (
+            "invalid-nginx-canary.yml",
+            "steps[1].experiment.templates[0].weight",
+            "SMI, ALB, Istio",
+        ),
+    ];
+    for (file, path, reason) in cases {
+        let outcome = lint(&[corpus().join("lint").join(file).to_str().unwrap()]);
+        assert_eq!(outcome.code, 1, "{file}: {:?}", outcome.diagnostics);
+        let found = errors(&outcome).into_iter().any(|d| {
+            d["path"].as_str().unwrap().ends_with(path)
+                && d["message"].as_str().unwrap().contains(reason)
+        });
+        assert!(
+            found,
+            "{file}: no error at {path} mentioning {reason:?}: {:#?}",
+            outcome.diagnostics
+        );
+    }
+    // The multi-document file's error is in its second document, with that document's line.
+    let outcome = lint(&[corpus()
+        .join("lint/invalid-multiple-docs.yml")
+        .to_str()
+        .unwrap()]);
+    assert!(errors(&outcome)[0]["line"].as_u64().unwrap() > 20);
+}
+
+#[test]
+fn the_example_fleet_lints_clean_apart_from_declared_gaps() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet");
+    let outcome = lint(&[examples.to_str().unwrap()]);
+    assert_eq!(outcome.code, 0, "{:#?}", outcome.diagnostics);
+    for d in &outcome.diagnostics {
+        assert_eq!(
+            d["rule"], "provider/not-executable",
+            "undeserved finding: {d:#}"
+        );
+    }
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> (tempdir::Dir, PathBuf) {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}
+
+mod tempdir {
+    //! A temporary directory removed on drop (no crate needed for this much).
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    pub struct Dir(PathBuf);
+    impl Dir {
+        pub fn new() -> Dir {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "flotilla-test-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::SeqCst)
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            Dir(path)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Hostile input gets exactly one clear error each, quickly and in bounded memory.
+#[test]
+fn bad_input_gets_one_clear_error_each() {
+    let mut bomb = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..12 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let mut big = b"apiVersion: v1\nkind: ConfigMap\ndata:\n".to_vec();
+    while big.len() < 50 * 1024 * 1024 {
+        big.extend_from_slice(
+            b"  key: value value value value value value value value value value\n",
+        );
+    }
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.yaml", Vec::new(), "empty"),
+        (
+            "binary.yaml",
+            vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0],
+            "binary",
+        ),
+        ("big.yaml", big, "MiB"),
+        (
+            "dup.yaml",
+            b"apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nkind: Rollout\n".to_vec(),
+            "duplicate key",
+        ),
+        (
+            "tabs.yaml",
+            b"apiVersion: v1\nkind: Service\nmetadata:\n\tname: x\n".to_vec(),
+            "tabs",
+        ),
+        ("bomb.yaml", bomb.into_bytes(), "billion laughs"),
+    ];
+    for (name, bytes, needle) in cases {
+        let (_dir, path) = temp_file(name, &bytes);
+        let started = std::time::Instant::now();
+        let outcome = lint(&[path.to_str().unwrap()]);
+        assert_eq!(
+            outcome.code, 1,
+            "{name}: {:?} {}",
+            outcome.diagnostics, outcome.stderr
+        );
+        assert_eq!(
+            errors(&outcome).len(),
+            1,
+            "{name}: {:#?}",
+            outcome.diagnostics
+        );
+        let error = errors(&outcome)[0];
+        assert!(
+            error["message"].as_str().unwrap().contains(needle),
+            "{name}: {error}"
+        );
+        assert!(
+            error["file"].as_str().unwrap().ends_with(name),
+            "{name}: {error}"
+        );
+        assert!(error["line"].as_u64().unwrap() >= 1);
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "{name} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn unreadable_input_and_usage_errors_exit_2() {
+    let outcome = lint(&["/nonexistent/rollout.yaml"]);
+    assert_eq!(outcome.code, 2, "{}", outcome.stderr);
+    assert!(outcome.stderr.contains("/nonexistent/rollout.yaml"));
+    let output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("lint")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["lint", "--no-such-flag", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn strict_turns_warnings_into_failures() {
+    let file = corpus().join("lint/valid.yml");
+    assert_eq!(lint(&[file.to_str().unwrap()]).code, 0);
+    assert_eq!(lint(&["--strict", file.to_str().unwrap()]).code, 1);
+    // -f works like a positional file.
+    let output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["lint", "-f", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+}

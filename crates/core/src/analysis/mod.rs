@@ -2,8 +2,13 @@
 //! helpers) and the measurement rule. The AnalysisRun state machine will live here too.
 
 pub mod condition;
+pub mod plan;
+pub mod provider;
+pub mod replay;
+pub mod run;
 
 pub use condition::{Condition, ConditionError, MetricResult};
+pub use provider::{MeasureRequest, Measurer, Millis, Outcome};
 
 use crate::spec::analysis::AnalysisPhase;
 
@@ -89,3 +94,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod run_tests;

@@ -196,8 +196,28 @@ pub struct Metric {
     /// Consecutive successes that end the metric as Successful (default 0: disabled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_success_limit: Option<IntOrString>,
+    /// Flotilla extension (not Argo-compatible): fail only after this many failed measurements
+    /// in a row, so one blip does not roll back a release. When set and `failureLimit` is not,
+    /// only the streak counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failure_limit: Option<IntOrString>,
+    /// Flotilla extension (not Argo-compatible): what an Inconclusive verdict of this metric does
+    /// to the rollout (default `pause`, as Argo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_inconclusive: Option<OnInconclusive>,
     /// The system queried for each measurement.
     pub provider: MetricProvider,
+}
+
+/// What an Inconclusive metric does to its rollout (a Flotilla extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnInconclusive {
+    /// Pause the rollout for a human (Argo's behaviour).
+    #[default]
+    Pause,
+    /// Abort the rollout.
+    Abort,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -695,9 +715,10 @@ pub struct SkyWalkingMetric {
 ///
 /// Serialized exactly as `Pending`, `Running`, `Successful`, `Failed`, `Error`, `Inconclusive`.
 /// Pending and Running are in progress; the other four are final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum AnalysisPhase {
     /// Not started yet (no measurement taken).
+    #[default]
     Pending,
     /// In progress.
     Running,

@@ -1,0 +1,67 @@
+//! The port through which analysis reaches metric providers: a request to measure one metric at
+//! one time (optionally over a window), and the outcome. Adapters implement [`Measurer`]; the
+//! core never performs the I/O itself.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use crate::spec::analysis::{AnalysisPhase, MetricProvider};
+
+use super::condition::MetricResult;
+
+/// Milliseconds since the Unix epoch, on whatever clock drives the machine (real or virtual).
+pub type Millis = i64;
+
+/// One measurement to take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasureRequest {
+    /// The metric's position in its run.
+    pub metric_index: usize,
+    /// The metric's name.
+    pub metric: String,
+    /// The provider block, with every `{{args.x}}` already substituted.
+    pub provider: MetricProvider,
+    /// The instant to evaluate at (now for live runs; a past instant for backtests).
+    pub at: Millis,
+    /// A window ending at `at`, for providers that answer series (None: an instant query).
+    pub window: Option<u64>,
+}
+
+/// What a provider answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A value for the metric's conditions to judge.
+    Value {
+        /// The result as conditions see it.
+        result: MetricResult,
+        /// Provider details kept with the measurement (e.g. the query that ran).
+        metadata: BTreeMap<String, String>,
+    },
+    /// A provider that decides the phase itself (a Job's exit status, a Kayenta score).
+    Decided {
+        /// Successful, Failed or Inconclusive.
+        phase: AnalysisPhase,
+        /// The value to record (e.g. the exit code or score).
+        value: String,
+        /// A message to record (e.g. the job's output).
+        message: String,
+        /// Provider details kept with the measurement.
+        metadata: BTreeMap<String, String>,
+    },
+    /// The provider failed: unreachable, bad query, timeout. An Error measurement.
+    Error(String),
+    /// The measurement was cancelled because the run terminated.
+    Terminated,
+}
+
+/// A metric provider adapter.
+///
+/// # Guarantees expected from implementations
+/// - `measure` never panics and never blocks the caller's thread; every failure is an
+///   [`Outcome::Error`] whose message names the address and the cause.
+/// - Dropping the returned future cancels the measurement and releases what it holds (a Job's
+///   process is killed).
+pub trait Measurer: Send + Sync {
+    /// Takes one measurement.
+    fn measure(&self, request: &MeasureRequest) -> impl Future<Output = Outcome> + Send;
+}

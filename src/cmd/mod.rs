@@ -1,5 +1,6 @@
 //! Command-line definition and dispatch.
 
+mod analysis;
 mod lint;
 
 use std::process::ExitCode;
@@ -18,11 +19,15 @@ pub struct Cli {
 enum Command {
     /// Validate Rollouts, AnalysisTemplates, Fleets and FleetRollouts offline.
     Lint(lint::LintArgs),
+    /// Run, replay or backtest an AnalysisTemplate.
+    #[command(subcommand)]
+    Analysis(analysis::AnalysisCommand),
 }
 
 /// Runs the chosen command and returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Lint(args) => lint::run(args),
+        Command::Analysis(command) => analysis::run(command),
     }
 }

@@ -80,7 +80,11 @@ fn collect_dir(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), ReadError> {
         .map_err(io)?;
     entries.sort();
     for entry in entries {
-        if entry.is_dir() {
+        // Symbolic links to directories are not followed: a link cycle would never end.
+        let is_link = entry
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if entry.is_dir() && !is_link {
             collect_dir(&entry, files)?;
         } else if entry
             .extension()
@@ -127,13 +131,6 @@ pub fn lint_paths(paths: &[PathBuf], options: Options) -> Result<LintReport, Rea
     let files = expand_paths(paths)?;
     let (manifests, mut diagnostics) = load_files(&files)?;
     diagnostics.extend(lint::lint(&manifests, options));
-    if options.strict {
-        for d in &mut diagnostics {
-            if d.severity == Severity::Warning {
-                d.severity = Severity::Error;
-            }
-        }
-    }
     lint::sort(&mut diagnostics);
     Ok(LintReport {
         diagnostics,

@@ -1,4 +1,5 @@
 //! Flotilla's runtime: where the core meets the outside world. Today it reads manifest files for
 //! lint; later it wires the adapters (agents, metrics providers, git, store) to the core engines.
 
+pub mod analysis;
 pub mod files;

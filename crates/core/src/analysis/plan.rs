@@ -10,6 +10,9 @@ use super::condition::{Condition, ConditionError};
 use crate::spec::IntOrString;
 use crate::spec::analysis::{AnalysisTemplateSpec, Metric, MetricProvider, OnInconclusive};
 
+/// The injected argument naming a cluster's metrics endpoint.
+pub const METRICS_ADDRESS_ARG: &str = "metrics-address";
+
 /// Argo's default number of measurements kept per metric.
 pub const DEFAULT_MEASUREMENT_RETENTION: usize = 10;
 /// Argo's default consecutive error limit.
@@ -302,6 +305,28 @@ pub fn resolve(
             metric: metric.name.clone(),
             reason: e.to_string(),
         })?;
+        // One template serves every cluster: a Prometheus address is the cluster's metrics
+        // endpoint unless the template places `{{args.metrics-address}}` itself.
+        if let (Some(address), Some(cluster_address)) = (
+            value.pointer_mut("/provider/prometheus/address"),
+            args.get(METRICS_ADDRESS_ARG),
+        ) {
+            if !address
+                .as_str()
+                .is_some_and(|a| a.contains("{{args.metrics-address}}"))
+            {
+                *address = Value::String(cluster_address.value.clone());
+            }
+        } else if let (Some(prometheus), Some(cluster_address)) = (
+            value.pointer_mut("/provider/prometheus"),
+            args.get(METRICS_ADDRESS_ARG),
+        ) && let Value::Object(prometheus) = prometheus
+        {
+            prometheus.insert(
+                "address".into(),
+                Value::String(cluster_address.value.clone()),
+            );
+        }
         substitute(&mut value, &args)?;
         let resolved: Metric =
             serde_json::from_value(value).map_err(|e| PlanError::InvalidMetric {

@@ -89,31 +89,28 @@ fn number(value: &Value) -> Option<f64> {
 /// Turns one recorded result into a provider outcome. For a Job metric, a number is the exit
 /// code (0: Successful, otherwise Failed).
 pub fn outcome_of(recorded: &Value, is_job: bool) -> Outcome {
-    if let Value::Object(map) = recorded {
-        if map.len() == 1 {
-            if let Some(error) = map.get("error") {
-                return Outcome::Error(
-                    error
-                        .as_str()
-                        .map_or_else(|| error.to_string(), str::to_owned),
-                );
-            }
-        }
+    if let Value::Object(map) = recorded
+        && map.len() == 1
+        && let Some(error) = map.get("error")
+    {
+        return Outcome::Error(
+            error
+                .as_str()
+                .map_or_else(|| error.to_string(), str::to_owned),
+        );
     }
-    if is_job {
-        if let Some(code) = number(recorded) {
-            let phase = if code == 0.0 {
-                AnalysisPhase::Successful
-            } else {
-                AnalysisPhase::Failed
-            };
-            return Outcome::Decided {
-                phase,
-                value: format!("{code}"),
-                message: String::new(),
-                metadata: BTreeMap::new(),
-            };
-        }
+    if is_job && let Some(code) = number(recorded) {
+        let phase = if code == 0.0 {
+            AnalysisPhase::Successful
+        } else {
+            AnalysisPhase::Failed
+        };
+        return Outcome::Decided {
+            phase,
+            value: format!("{code}"),
+            message: String::new(),
+            metadata: BTreeMap::new(),
+        };
     }
     let result = match recorded {
         Value::Null => MetricResult::Nil,

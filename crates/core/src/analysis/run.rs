@@ -603,16 +603,16 @@ fn assess_metric(metric: &MetricPlan, state: &MetricState, terminating: bool) ->
     {
         return AnalysisPhase::Successful;
     }
-    if let Some(count) = metric.effective_count() {
-        if i64::from(state.count) >= count {
-            let failure_applicable = metric.failure_applicable();
-            let success_applicable = metric.consecutive_success_limit > 0;
-            return match (failure_applicable, success_applicable) {
-                (true, true) => AnalysisPhase::Inconclusive,
-                (false, true) => AnalysisPhase::Failed,
-                _ => AnalysisPhase::Successful,
-            };
-        }
+    if let Some(count) = metric.effective_count()
+        && i64::from(state.count) >= count
+    {
+        let failure_applicable = metric.failure_applicable();
+        let success_applicable = metric.consecutive_success_limit > 0;
+        return match (failure_applicable, success_applicable) {
+            (true, true) => AnalysisPhase::Inconclusive,
+            (false, true) => AnalysisPhase::Failed,
+            _ => AnalysisPhase::Successful,
+        };
     }
     if terminating {
         AnalysisPhase::Successful
@@ -636,16 +636,16 @@ fn failure_inconclusive_or_error(
             )),
         );
     }
-    if let Some(limit) = metric.consecutive_failure_limit {
-        if i64::from(state.consecutive_failure) >= limit {
-            result = (
-                Some(AnalysisPhase::Failed),
-                Some(format!(
-                    "consecutiveFailures ({}) >= consecutiveFailureLimit ({limit})",
-                    state.consecutive_failure
-                )),
-            );
-        }
+    if let Some(limit) = metric.consecutive_failure_limit
+        && i64::from(state.consecutive_failure) >= limit
+    {
+        result = (
+            Some(AnalysisPhase::Failed),
+            Some(format!(
+                "consecutiveFailures ({}) >= consecutiveFailureLimit ({limit})",
+                state.consecutive_failure
+            )),
+        );
     }
     if i64::from(state.inconclusive) > metric.inconclusive_limit {
         result = (

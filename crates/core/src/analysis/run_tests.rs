@@ -714,3 +714,37 @@ fn a_pending_run_reports_pending_metrics() {
     assert_eq!(report.phase, Pending);
     assert_eq!(report.metrics[0].phase, Pending);
 }
+
+#[test]
+fn the_cluster_metrics_address_replaces_a_fixed_prometheus_address() {
+    let template = spec(
+        json!([
+            {"name": "fixed", "provider": {"prometheus": {"address": "http://prometheus.monitoring:9090", "query": "up"}}},
+            {"name": "placed", "provider": {"prometheus": {"address": "{{args.metrics-address}}/prefix", "query": "up"}}},
+            {"name": "absent", "provider": {"prometheus": {"query": "up"}}}
+        ]),
+        json!({}),
+    );
+    let mut args = BTreeMap::new();
+    args.insert(
+        "metrics-address".to_owned(),
+        ArgValue::plain("http://127.0.0.1:9101"),
+    );
+    let plan = resolve(&template, &args).unwrap();
+    let address = |i: usize| {
+        plan.metrics[i]
+            .provider
+            .prometheus
+            .as_ref()
+            .unwrap()
+            .address
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(address(0), "http://127.0.0.1:9101");
+    assert_eq!(address(1), "http://127.0.0.1:9101/prefix");
+    assert_eq!(address(2), "http://127.0.0.1:9101");
+    // Without the argument, the template's own address stands.
+    let plan = resolve(&template.clone(), &BTreeMap::new());
+    assert!(plan.is_err(), "the placed placeholder needs the argument");
+}

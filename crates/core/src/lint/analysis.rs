@@ -15,12 +15,22 @@ pub(super) fn check_template(
     loaded: &LoadedManifest,
     spec: &AnalysisTemplateSpec,
 ) {
+    // Arguments declared by included templates count too (Argo merges them).
+    let mut args = spec.args.clone();
+    for reference in &spec.templates {
+        if let Some((_, included)) = index.template(
+            &reference.template_name,
+            reference.cluster_scope == Some(true),
+        ) {
+            args.extend(included.spec.args.iter().cloned());
+        }
+    }
     check_metrics(
         sink,
         loaded,
         &spec.metrics,
         "spec.metrics",
-        &spec.args,
+        &args,
         spec.templates.is_empty(),
     );
     for (i, reference) in spec.templates.iter().enumerate() {
@@ -250,7 +260,10 @@ pub(super) fn check_metrics(
                     format!("failureLimit must be >= -1 (got {fl})"),
                 );
             }
-            if fl == -1 && consecutive_success.unwrap_or(0) <= 0 {
+            if fl == -1
+                && consecutive_success.unwrap_or(0) <= 0
+                && metric.consecutive_failure_limit.is_none()
+            {
                 sink.error(loaded, "analysis/limits", format!("{path}.failureLimit"), "failureLimit -1 (never fail) needs consecutiveSuccessLimit > 0, or the metric can never complete");
             }
         }
@@ -266,6 +279,33 @@ pub(super) fn check_metrics(
                     format!("{path}.{field}"),
                     format!("{field} must be >= 0 (got {v})"),
                 );
+            }
+        }
+
+        // Flotilla's extensions: valid, and flagged so a user knows Argo would refuse them.
+        if let Some(v) = int_value(
+            sink,
+            loaded,
+            &format!("{path}.consecutiveFailureLimit"),
+            &metric.consecutive_failure_limit,
+        ) && v < 1
+        {
+            sink.error(
+                loaded,
+                "analysis/limits",
+                format!("{path}.consecutiveFailureLimit"),
+                format!("consecutiveFailureLimit must be >= 1 (got {v})"),
+            );
+        }
+        for (field, used) in [
+            (
+                "consecutiveFailureLimit",
+                metric.consecutive_failure_limit.is_some(),
+            ),
+            ("onInconclusive", metric.on_inconclusive.is_some()),
+        ] {
+            if used {
+                sink.push(loaded, crate::diagnostic::Severity::Note, "flotilla/extension", format!("{path}.{field}"), format!("{field} is a Flotilla extension: not Argo-compatible, Argo Rollouts would reject this template"));
             }
         }
 

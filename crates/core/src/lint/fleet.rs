@@ -320,6 +320,22 @@ pub(super) fn check_fleet_rollout(
         }
     }
 
+    for (field, duration) in [
+        ("bakeTime", &spec.bake_time),
+        (
+            "failurePolicy.unreachable.timeout",
+            &spec
+                .failure_policy
+                .as_ref()
+                .and_then(|p| p.unreachable.as_ref())
+                .and_then(|u| u.timeout.clone()),
+        ),
+    ] {
+        if let Some(crate::spec::Duration::Templated(text)) = duration {
+            sink.error(loaded, "fleet/duration", format!("spec.{field}"), format!("{text:?} is not a duration: placeholders are only substituted inside analysis templates"));
+        }
+    }
+
     // Anti-patterns, which need the fleet's layout.
     let waves = waves_of(fleet_rollout, clusters);
     let targeted: Vec<&str> = waves.values().flatten().map(|s| s.as_str()).collect();
@@ -342,19 +358,23 @@ pub(super) fn check_fleet_rollout(
             );
         }
         check_global_thresholds(index, sink, fleet_rollout, rollout, clusters, &targeted);
+        check_injected_args(index, sink, loaded, rollout, clusters, &targeted);
     }
 }
 
 /// Every analysis template a Rollout references (steps, background, blue-green analyses).
-fn template_refs(rollout: &Rollout) -> Vec<&AnalysisTemplateRef> {
+fn template_refs(rollout: &Rollout) -> Vec<AnalysisTemplateRef> {
     let mut refs = Vec::new();
     if let Some(canary) = rollout.canary() {
         if let Some(background) = &canary.analysis {
-            refs.extend(background.templates.iter());
+            refs.extend(background.templates.iter().cloned());
         }
         for step in &canary.steps {
             if let Some(analysis) = &step.analysis {
-                refs.extend(analysis.templates.iter());
+                refs.extend(analysis.templates.iter().cloned());
+            }
+            if let Some(experiment) = &step.experiment {
+                refs.extend(experiment.analyses.iter().map(|a| a.as_template_ref()));
             }
         }
     }
@@ -366,10 +386,49 @@ fn template_refs(rollout: &Rollout) -> Vec<&AnalysisTemplateRef> {
         .into_iter()
         .flatten()
         {
-            refs.extend(analysis.templates.iter());
+            refs.extend(analysis.templates.iter().cloned());
         }
     }
     refs
+}
+
+/// The injected arguments a cluster cannot supply: `region` without a region, `metrics-address`
+/// without a metrics endpoint.
+fn check_injected_args(
+    index: &Index<'_>,
+    sink: &mut Sink,
+    loaded: &LoadedManifest,
+    rollout: &Rollout,
+    clusters: &[Cluster],
+    targeted: &[&str],
+) {
+    let mut used = BTreeSet::new();
+    for reference in &template_refs(rollout) {
+        if let Some((_, template)) =
+            index.template(&reference.template_name, reference.is_cluster_scope())
+        {
+            let text = serde_json::to_string(&template.spec.metrics).unwrap_or_default();
+            used.extend(placeholders(&text).into_iter().map(str::to_owned));
+        }
+    }
+    for cluster in clusters
+        .iter()
+        .filter(|c| targeted.contains(&c.name.as_str()))
+    {
+        for (arg, missing) in [
+            ("region", cluster.region.is_none()),
+            ("metrics-address", cluster.metrics.is_none()),
+        ] {
+            if missing && used.contains(arg) {
+                sink.error(
+                    loaded,
+                    "fleet/injected-arg",
+                    "spec.fleet",
+                    format!("the Rollout's analysis uses {{{{args.{arg}}}}}, but cluster {:?} has no {}", cluster.name, if arg == "region" { "region" } else { "metrics endpoint" }),
+                );
+            }
+        }
+    }
 }
 
 /// Whether a condition compares against a literal, non-zero number (an absolute threshold).
@@ -407,14 +466,24 @@ fn check_global_thresholds(
         return;
     }
     let regions_text = regions.iter().copied().collect::<Vec<_>>().join(", ");
+    // An argument is set per cluster only when every targeted cluster overrides it.
     let overridden: BTreeSet<&str> = fleet_rollout
         .spec
         .cluster_overrides
         .iter()
         .flat_map(|o| o.args.iter().map(|a| a.name.as_str()))
+        .filter(|name| {
+            targeted.iter().all(|cluster| {
+                fleet_rollout
+                    .spec
+                    .cluster_overrides
+                    .iter()
+                    .any(|o| o.cluster == *cluster && o.args.iter().any(|a| a.name == *name))
+            })
+        })
         .collect();
     let mut reported = BTreeSet::new();
-    for reference in template_refs(rollout) {
+    for reference in &template_refs(rollout) {
         let Some((template_loaded, template)) =
             index.template(&reference.template_name, reference.is_cluster_scope())
         else {

@@ -22,9 +22,10 @@ use crate::spec::rollout::Rollout;
 /// Arguments Flotilla gives every cluster's analysis; templates may use them undeclared.
 pub const INJECTED_ARGS: &[&str] = &["cluster", "region", "metrics-address"];
 
-/// Metric providers this version of Flotilla can execute. Templates using any other provider
-/// parse and lint, and get a warning.
-pub const EXECUTABLE_PROVIDERS: &[&str] = &[];
+/// Metric providers this version of Flotilla can execute (the runtime's provider adapters;
+/// a test there keeps the two lists equal). Templates using any other provider parse and lint,
+/// and get a warning.
+pub const EXECUTABLE_PROVIDERS: &[&str] = &["prometheus", "web", "job"];
 
 /// Lint options.
 #[derive(Debug, Clone, Copy, Default)]
@@ -91,10 +92,12 @@ impl<'a> Index<'a> {
         }
     }
 
-    /// Argument names some FleetRollout's per-cluster overrides supply.
-    pub fn overridden_args(&self) -> BTreeSet<&'a str> {
+    /// Argument names that the per-cluster overrides of the FleetRollouts deploying `rollout`
+    /// supply.
+    pub fn overridden_args(&self, rollout: &str) -> BTreeSet<&'a str> {
         self.fleet_rollouts
             .iter()
+            .filter(|(_, f)| f.spec.rollout == rollout)
             .flat_map(|(_, f)| f.spec.cluster_overrides.iter())
             .flat_map(|o| o.args.iter().map(|a| a.name.as_str()))
             .collect()

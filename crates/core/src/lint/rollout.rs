@@ -191,7 +191,7 @@ pub(super) fn check_rollout(
         }
         if let (Some(limit), Some(history)) = (
             blue_green.scale_down_delay_revision_limit,
-            spec.revision_history_limit,
+            spec.revision_history_limit.or(Some(10)),
         ) && history < limit
         {
             sink.error(loaded, "argo/revision-limit", format!("{base}.scaleDownDelayRevisionLimit"), "This rollout's revision history limit can not be smaller than the rollout's scale down limit");
@@ -455,7 +455,7 @@ fn check_canary(
     }
     if let (Some(limit), Some(history)) = (
         canary.scale_down_delay_revision_limit,
-        revision_history_limit,
+        revision_history_limit.or(Some(10)),
     ) && history < limit
     {
         sink.error(loaded, "argo/revision-limit", format!("{base}.scaleDownDelayRevisionLimit"), "This rollout's revision history limit can not be smaller than the rollout's scale down limit");
@@ -729,7 +729,7 @@ fn check_template_ref(
         );
         return;
     };
-    let overridden = index.overridden_args();
+    let overridden = index.overridden_args(loaded.manifest.name());
     for arg in &template.spec.args {
         let has_default = arg.value.is_some() || arg.value_from.is_some();
         let supplied = args.iter().any(|a| a.name == arg.name)

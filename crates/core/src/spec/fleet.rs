@@ -123,7 +123,7 @@ pub struct FleetRolloutSpec {
     /// What happens when clusters fail or cannot be reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<FailurePolicy>,
-    /// What a new fleet revision does to one in flight (default `Supersede`).
+    /// What a new fleet revision does to one in flight (default `supersede`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_new_revision: Option<NewRevisionPolicy>,
 }

@@ -1,8 +1,9 @@
 //! The typed model of every manifest kind Flotilla reads: Argo Rollouts' kinds, Flotilla's own
 //! fleet kinds, and the few Kubernetes kinds lint cross-checks against a Rollout.
 //!
-//! Every struct denies unknown fields, so a typo is an error naming its field path, never a
-//! silently ignored setting. Field names follow upstream's camelCase JSON names exactly.
+//! Every struct of Argo's and Flotilla's kinds denies unknown fields, so a typo is an error
+//! naming its field path, never a silently ignored setting; the Kubernetes kinds lint only reads
+//! (Service, Ingress) are decoded leniently. Field names follow upstream's camelCase JSON names.
 
 pub mod analysis;
 pub mod common;
@@ -36,7 +37,7 @@ pub enum Manifest {
     FleetRollout(Box<fleet::FleetRollout>),
     /// A Kubernetes Service (lint checks its selector against the Rollout that names it).
     Service(Box<kube::Service>),
-    /// A Kubernetes Ingress (lint checks the Rollout's nginx/ALB references against it).
+    /// A Kubernetes Ingress (decoded so that it is understood, not reported as ignored).
     Ingress(Box<kube::Ingress>),
 }
 

@@ -756,6 +756,14 @@ pub struct ExperimentAnalysisTemplateRef {
 }
 
 impl ExperimentAnalysisTemplateRef {
+    /// The template reference this analysis makes.
+    pub fn as_template_ref(&self) -> AnalysisTemplateRef {
+        AnalysisTemplateRef {
+            template_name: self.template_name.clone(),
+            cluster_scope: self.cluster_scope,
+        }
+    }
+
     /// Whether the template is looked up at cluster scope.
     pub fn is_cluster_scope(&self) -> bool {
         self.cluster_scope == Some(true)

@@ -9,4 +9,5 @@ pub mod analysis;
 pub mod diagnostic;
 pub mod lint;
 pub mod manifest;
+pub mod rollout;
 pub mod spec;

@@ -432,9 +432,16 @@ impl Condition {
 
     /// Evaluates the condition against a metric result; a non-boolean result is an error.
     pub fn evaluate(&self, result: &MetricResult) -> Result<bool, ConditionError> {
-        let mut context = Context::default();
-        context.insert("result", result.to_expr());
-        let value = with_big_stack(|| environment().run(&self.program, &context)).map_err(|e| {
+        thread_local! {
+            // One context per thread, reused: building a fresh one costs more than the evaluation.
+            static CONTEXT: std::cell::RefCell<Context> = std::cell::RefCell::new(Context::default());
+        }
+        let value = CONTEXT.with(|context| {
+            let mut context = context.borrow_mut();
+            context.insert("result", result.to_expr());
+            with_big_stack(|| environment().run(&self.program, &*context))
+        });
+        let value = value.map_err(|e| {
             let detail = e.to_string();
             if matches!(result, MetricResult::Nil)
                 || matches!(result, MetricResult::Vector(v) if v.is_empty())

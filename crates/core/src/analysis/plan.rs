@@ -87,7 +87,7 @@ pub struct MetricPlan {
     /// The failure condition.
     pub failure: Option<Condition>,
     /// The provider block, arguments substituted.
-    pub provider: MetricProvider,
+    pub provider: std::sync::Arc<MetricProvider>,
     /// Whether the metric runs in dry-run mode (reported apart, never decides).
     pub dry_run: bool,
     /// How many measurements to keep.
@@ -386,7 +386,7 @@ pub fn resolve(
             on_inconclusive: resolved.on_inconclusive.unwrap_or_default(),
             success: compile(&name, "successCondition", &resolved.success_condition)?,
             failure: compile(&name, "failureCondition", &resolved.failure_condition)?,
-            provider: resolved.provider,
+            provider: std::sync::Arc::new(resolved.provider),
             dry_run: matching_rule(&dry_run_rules, &name)?.is_some(),
             retention: matching_rule(&retention_rules, &name)?
                 .map_or(DEFAULT_MEASUREMENT_RETENTION, |r| r.1),

@@ -20,7 +20,7 @@ pub struct MeasureRequest {
     /// The metric's name.
     pub metric: String,
     /// The provider block, with every `{{args.x}}` already substituted.
-    pub provider: MetricProvider,
+    pub provider: std::sync::Arc<MetricProvider>,
     /// The instant to evaluate at (now for live runs; a past instant for backtests).
     pub at: Millis,
     /// A window ending at `at`, for providers that answer series (None: an instant query).

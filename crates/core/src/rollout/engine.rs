@@ -47,6 +47,7 @@ fn ceil_share(total: i32, percent: i32, max: i32) -> i32 {
 
 struct Ctx<'a> {
     rollout: &'a Rollout,
+    hash: &'a str,
     observed: &'a Observed,
     now: Millis,
     actions: Vec<Action>,
@@ -213,10 +214,13 @@ fn react_to_run(ctx: &mut Ctx<'_>, state: &mut RolloutState, run: RunKey, label:
 
 /// Registers the current template's revision, handling a new template the way Argo does.
 fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
-    let hash = template_hash(ctx.rollout);
-    if state.current.is_some_and(|c| state.hash(c) == hash) {
+    if state
+        .current
+        .is_some_and(|c| state.revision(c).is_some_and(|r| r.hash == ctx.hash))
+    {
         return;
     }
+    let hash = ctx.hash.to_owned();
     let number = state.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1;
     let previous_current = state.current;
     let stable = state.stable;
@@ -463,8 +467,29 @@ pub fn reconcile(
     commands: &[Command],
     now: Millis,
 ) -> Vec<Action> {
+    reconcile_with_hash(
+        rollout,
+        &template_hash(rollout),
+        state,
+        observed,
+        commands,
+        now,
+    )
+}
+
+/// [`reconcile`] with the pod-template hash computed once by the caller (a fleet of rollouts
+/// sharing one spec hashes it once, not once per reconcile).
+pub fn reconcile_with_hash(
+    rollout: &Rollout,
+    hash: &str,
+    state: &mut RolloutState,
+    observed: &Observed,
+    commands: &[Command],
+    now: Millis,
+) -> Vec<Action> {
     let mut ctx = Ctx {
         rollout,
+        hash,
         observed,
         now,
         actions: Vec::new(),
@@ -657,16 +682,22 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
         state.waiting_since = None;
         return;
     }
+    let steps = canary.steps.as_slice();
+    // The weight the completed steps allow (after a retry the canary starts again from it).
+    if routed && !state.promote_full && (state.step_index.unwrap_or(0) as usize) < steps.len() {
+        let index = state.step_index.unwrap_or(0) as usize;
+        let base = steps[..index]
+            .iter()
+            .rev()
+            .find_map(|s| s.set_weight)
+            .unwrap_or(0);
+        if state.desired_weight.unwrap_or(0) > base {
+            set_weight(ctx, state, base, max);
+        }
+    }
     if state.paused {
         return;
     }
-    let steps = &ctx
-        .rollout
-        .spec
-        .strategy
-        .as_ref()
-        .and_then(|s| s.canary.as_ref())
-        .map_or(&[][..], |c| c.steps.as_slice());
     let steps_len = steps.len() as u32;
     if state.promote_full {
         state.step_index = Some(steps_len);

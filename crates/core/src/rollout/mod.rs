@@ -5,7 +5,7 @@ pub mod engine;
 pub mod model;
 pub mod ports;
 
-pub use engine::{desired_actions, reconcile, template_hash};
+pub use engine::{desired_actions, reconcile, reconcile_with_hash, template_hash};
 pub use model::*;
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ pub fn request(provider: serde_json::Value) -> MeasureRequest {
     MeasureRequest {
         metric_index: 0,
         metric: "test".into(),
-        provider: serde_json::from_value::<MetricProvider>(provider).unwrap(),
+        provider: std::sync::Arc::new(serde_json::from_value::<MetricProvider>(provider).unwrap()),
         at: now_ms(),
         window: None,
     }

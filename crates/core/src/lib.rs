@@ -7,6 +7,7 @@
 
 pub mod analysis;
 pub mod diagnostic;
+pub mod fleet;
 pub mod lint;
 pub mod manifest;
 pub mod rollout;

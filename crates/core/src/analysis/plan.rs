@@ -129,10 +129,17 @@ impl RunPlan {
     /// Replaces every secret value in a text with `*****`.
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for secret in self.secrets.iter().filter(|s| !s.is_empty()) {
-            out = out.replace(secret.as_str(), "*****");
-        }
+        self.redact_in_place(&mut out);
         out
+    }
+
+    /// Replaces every secret value in a text with `*****`, allocating only when one occurs.
+    pub fn redact_in_place(&self, text: &mut String) {
+        for secret in self.secrets.iter().filter(|s| !s.is_empty()) {
+            if text.contains(secret.as_str()) {
+                *text = text.replace(secret.as_str(), "*****");
+            }
+        }
     }
 }
 

@@ -360,8 +360,9 @@ impl Run {
                 )
             }
         };
-        let message = plan.redact(&message);
-        let value = plan.redact(&value);
+        let (mut message, mut value) = (message, value);
+        plan.redact_in_place(&mut message);
+        plan.redact_in_place(&mut value);
         match phase {
             AnalysisPhase::Successful => {
                 state.successful += 1;

@@ -102,31 +102,9 @@ pub(super) fn check_fleet(sink: &mut Sink, loaded: &LoadedManifest, fleet: &Flee
     }
 }
 
-/// The waves a FleetRollout forms over a fleet: wave number → cluster names, in order.
+/// The waves a FleetRollout forms over a fleet (see [`FleetRollout::waves`]).
 pub fn waves_of(fleet_rollout: &FleetRollout, clusters: &[Cluster]) -> BTreeMap<u32, Vec<String>> {
-    let mut waves: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    if let Some(list) = &fleet_rollout.spec.waves.list {
-        for element in list {
-            waves
-                .entry(element.wave)
-                .or_default()
-                .push(element.cluster.clone());
-        }
-    } else if let Some(steps) = &fleet_rollout.spec.waves.steps {
-        let mut taken = BTreeSet::new();
-        for (i, step) in steps.iter().enumerate() {
-            for cluster in clusters {
-                if !taken.contains(&cluster.name) && step.matches(&cluster.labels) {
-                    taken.insert(cluster.name.clone());
-                    waves
-                        .entry(i as u32 + 1)
-                        .or_default()
-                        .push(cluster.name.clone());
-                }
-            }
-        }
-    }
-    waves
+    fleet_rollout.waves(clusters)
 }
 
 pub(super) fn check_fleet_rollout(

@@ -7,6 +7,7 @@
 
 mod analysis;
 mod fleet;
+pub use fleet::waves_of;
 mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -206,3 +207,6 @@ pub(crate) fn placeholders(text: &str) -> Vec<&str> {
     }
     names
 }
+
+#[cfg(test)]
+mod tests;

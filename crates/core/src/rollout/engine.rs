@@ -291,10 +291,10 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
             let max = max_weight(ctx.rollout.canary());
             set_weight(ctx, state, 0, max);
         }
-        if let Some(preview) = state.preview.take() {
-            if preview != stable {
-                ctx.actions.push(Action::SwitchPreview { revision: stable });
-            }
+        if let Some(preview) = state.preview.take()
+            && preview != stable
+        {
+            ctx.actions.push(Action::SwitchPreview { revision: stable });
         }
         ctx.event(
             "RollbackToStable",
@@ -606,13 +606,14 @@ fn canary_replicas(
     let max = max_weight(Some(canary));
     let routed = canary.traffic_routing.is_some();
     let mut canary_count = ceil_share(total, weight, max);
-    if let Some((scale_weight, scale_replicas, match_traffic)) = state.canary_scale {
-        if routed && !match_traffic {
-            if let Some(r) = scale_replicas {
-                canary_count = r;
-            } else if let Some(w) = scale_weight {
-                canary_count = ceil_share(total, w, 100);
-            }
+    if let Some((scale_weight, scale_replicas, match_traffic)) = state.canary_scale
+        && routed
+        && !match_traffic
+    {
+        if let Some(r) = scale_replicas {
+            canary_count = r;
+        } else if let Some(w) = scale_weight {
+            canary_count = ceil_share(total, w, 100);
         }
     }
     let stable_count = if !routed || canary.dynamic_stable_scale == Some(true) {

@@ -4,7 +4,7 @@
 //! The shapes follow what a reader of ApplicationSet knows: a list generator with an explicit wave
 //! per cluster, or RollingSync-style ordered steps of label selectors with `maxUpdate`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -192,6 +192,37 @@ pub enum SelectorOperator {
     Exists,
     /// The label is absent.
     DoesNotExist,
+}
+
+impl FleetRollout {
+    /// The waves this rollout forms over a fleet's clusters: wave number → cluster names, in
+    /// order. A list assigns waves explicitly; with steps, step N is wave N+1 and takes the
+    /// clusters its selector matches that no earlier step took.
+    pub fn waves(&self, clusters: &[Cluster]) -> BTreeMap<u32, Vec<String>> {
+        let mut waves: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        if let Some(list) = &self.spec.waves.list {
+            for element in list {
+                waves
+                    .entry(element.wave)
+                    .or_default()
+                    .push(element.cluster.clone());
+            }
+        } else if let Some(steps) = &self.spec.waves.steps {
+            let mut taken = BTreeSet::new();
+            for (i, step) in steps.iter().enumerate() {
+                for cluster in clusters {
+                    if !taken.contains(&cluster.name) && step.matches(&cluster.labels) {
+                        taken.insert(cluster.name.clone());
+                        waves
+                            .entry(i as u32 + 1)
+                            .or_default()
+                            .push(cluster.name.clone());
+                    }
+                }
+            }
+        }
+        waves
+    }
 }
 
 impl WaveStep {

@@ -1,0 +1,833 @@
+//! The fleet machine: waves, evidence-keyed validation, targeted rollback, durable rejections,
+//! supersede, and the fleet-level commands.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::{FleetPlan, fleet_revision};
+use crate::analysis::plan::RunPlan;
+use crate::analysis::run::Run;
+use crate::analysis::{MeasureRequest, Millis, Outcome};
+use crate::rollout::{self, Action, Command, Observed, Phase, RolloutState, RunKey, RunReport};
+use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
+use crate::spec::fleet::{RollbackScope, UnreachableAction};
+use crate::spec::rollout::Rollout;
+
+/// Where one cluster stands in the fleet rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ClusterStatus {
+    /// Its wave has not started.
+    #[default]
+    NotStarted,
+    /// Updating to the new revision.
+    Progressing,
+    /// Healthy on the new revision, every gating metric with evidence.
+    Validated,
+    /// Stopped: inconclusive analysis, a pass without evidence, or the fleet halted around it.
+    Paused,
+    /// Its analysis failed; it was (or is being) returned to its previous stable.
+    RolledBack,
+    /// Never started because the fleet halted (durable: not a candidate until a new revision).
+    Held,
+    /// Unreachable past its timeout and skipped by policy; never counted validated.
+    Skipped,
+}
+
+/// The fleet rollout's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FleetPhase {
+    /// Waves in progress.
+    #[default]
+    Progressing,
+    /// Paused by an operator.
+    Paused,
+    /// Every wave validated.
+    Completed,
+    /// Stopped by the failure policy.
+    Halted,
+    /// Stopped by an operator's abort.
+    Aborted,
+}
+
+/// The failure that decided a cluster's rollback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The failing metric.
+    pub metric: String,
+    /// Its last value.
+    pub value: String,
+    /// The verdict's message.
+    pub message: String,
+}
+
+/// One cluster's state in the fleet machine.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterState {
+    /// Where it stands.
+    pub status: ClusterStatus,
+    /// Its rollout engine's state.
+    pub rollout: RolloutState,
+    /// Its analysis runs.
+    #[serde(with = "runs_as_pairs")]
+    pub runs: BTreeMap<RunKey, Run>,
+    /// Whether the cluster runs the new revision's spec (else the previous one).
+    pub on_new_spec: bool,
+    /// When it started the new revision.
+    pub started_at: Option<Millis>,
+    /// When it was decided (validated, rolled back, skipped).
+    pub decided_at: Option<Millis>,
+    /// Why it is where it is.
+    pub reason: String,
+    /// The failure that rolled it back.
+    pub failure: Option<Failure>,
+    /// Since when it has been unreachable.
+    pub unreachable_since: Option<Millis>,
+    /// Commands queued for its rollout engine.
+    pub pending: Vec<Command>,
+}
+
+/// The fleet machine's state: serializable, restored as is.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetState {
+    /// The fleet revision being rolled out.
+    pub revision: String,
+    /// The phase.
+    pub phase: FleetPhase,
+    /// Why (names the failing cluster, metric and value when Halted).
+    pub message: String,
+    /// The wave in progress (0-based).
+    pub wave: usize,
+    /// When each wave started.
+    pub wave_started_at: Vec<Option<Millis>>,
+    /// When each wave was complete (validated and baked).
+    pub wave_completed_at: Vec<Option<Millis>>,
+    /// When the current wave's bake began.
+    pub bake_started_at: Option<Millis>,
+    /// Per cluster.
+    pub clusters: BTreeMap<String, ClusterState>,
+    /// Durable rejections: (cluster, fleet revision) never deployed again.
+    pub rejections: BTreeSet<(String, String)>,
+    /// Operator pause.
+    pub paused: bool,
+}
+
+/// What a cluster reports at one tick.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterObservation {
+    /// Whether the cluster answered.
+    pub reachable: bool,
+    /// What its workloads and router report (analysis is filled by the machine).
+    pub observed: Observed,
+}
+
+/// Fleet-level operator commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FleetCommand {
+    /// Start no new cluster or wave.
+    Pause,
+    /// Resume.
+    Resume,
+    /// Skip the current bake (or, with a wave, promote that wave's paused clusters).
+    Promote {
+        /// A 1-based wave number, or the current one.
+        wave: Option<usize>,
+    },
+    /// Abort the fleet, or one cluster.
+    Abort {
+        /// One cluster, or all.
+        cluster: Option<String>,
+    },
+    /// Retry the failed clusters (lifting their rejection for this revision).
+    Retry,
+}
+
+/// A measurement the driver must take for a cluster's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterMeasurement {
+    /// The cluster.
+    pub cluster: String,
+    /// The run.
+    pub run: RunKey,
+    /// The measurement.
+    pub request: MeasureRequest,
+}
+
+/// A measurement's outcome, fed back to the machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterOutcome {
+    /// The cluster.
+    pub cluster: String,
+    /// The run.
+    pub run: RunKey,
+    /// Which metric of the run.
+    pub metric_index: usize,
+    /// What the provider answered.
+    pub outcome: Outcome,
+}
+
+/// What one tick decided.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FleetOutput {
+    /// Actions per cluster, in order.
+    pub actions: Vec<(String, Action)>,
+    /// Measurements to take.
+    pub measurements: Vec<ClusterMeasurement>,
+}
+
+/// The specs one fleet revision runs: the new Rollout and the one it replaces.
+#[derive(Debug, Clone)]
+pub struct Revisions<'a> {
+    /// The Rollout as before this fleet revision (what clusters run until their wave starts).
+    pub previous: &'a Rollout,
+    /// The Rollout of this fleet revision.
+    pub next: &'a Rollout,
+}
+
+/// The fleet machine: state plus the plans it derives (which are not serialized).
+pub struct FleetMachine {
+    /// The plan.
+    pub plan: FleetPlan,
+    /// The state.
+    pub state: FleetState,
+    run_plans: BTreeMap<(String, RunKey), RunPlan>,
+    hashes: (String, String),
+}
+
+impl FleetMachine {
+    /// A machine for a fresh fleet revision (or restored from `state`).
+    pub fn new(
+        plan: FleetPlan,
+        revisions: &Revisions<'_>,
+        state: Option<FleetState>,
+    ) -> FleetMachine {
+        let revision = fleet_revision(revisions.next);
+        let state = state.unwrap_or_else(|| FleetState {
+            revision: revision.clone(),
+            wave_started_at: vec![None; plan.waves.len()],
+            wave_completed_at: vec![None; plan.waves.len()],
+            clusters: plan
+                .clusters
+                .keys()
+                .map(|c| (c.clone(), ClusterState::default()))
+                .collect(),
+            ..FleetState::default()
+        });
+        FleetMachine {
+            hashes: (
+                rollout::template_hash(revisions.previous),
+                rollout::template_hash(revisions.next),
+            ),
+            plan,
+            state,
+            run_plans: BTreeMap::new(),
+        }
+    }
+
+    fn run_plan(&mut self, rollout: &Rollout, cluster: &str, run: RunKey) -> Option<&RunPlan> {
+        let key = (cluster.to_owned(), run);
+        if !self.run_plans.contains_key(&key) {
+            let plan = self.plan.run_plan(rollout, cluster, run).ok()?;
+            self.run_plans.insert(key.clone(), plan);
+        }
+        self.run_plans.get(&key)
+    }
+
+    /// A new fleet revision arrives mid-rollout: in-flight canaries of the old one return to
+    /// their stable, promoted clusters keep it as their stable, and the new revision starts at
+    /// wave 1. Rejections of the old revision stay recorded; none applies to the new one.
+    pub fn supersede(&mut self, revisions: &Revisions<'_>) {
+        let revision = fleet_revision(revisions.next);
+        if revision == self.state.revision {
+            return;
+        }
+        for cluster in self.state.clusters.values_mut() {
+            if cluster.status == ClusterStatus::Progressing
+                || cluster.status == ClusterStatus::Paused
+            {
+                cluster.pending.push(Command::Abort);
+            }
+            cluster.status = ClusterStatus::NotStarted;
+            cluster.on_new_spec = false;
+            cluster.started_at = None;
+            cluster.decided_at = None;
+            cluster.reason.clear();
+            cluster.failure = None;
+            cluster.runs.clear();
+        }
+        self.hashes = (
+            rollout::template_hash(revisions.previous),
+            rollout::template_hash(revisions.next),
+        );
+        self.run_plans.clear();
+        self.state.revision = revision;
+        self.state.phase = FleetPhase::Progressing;
+        self.state.message = "superseded: a new revision starts from wave 1".into();
+        self.state.wave = 0;
+        self.state.wave_started_at = vec![None; self.plan.waves.len()];
+        self.state.wave_completed_at = vec![None; self.plan.waves.len()];
+        self.state.bake_started_at = None;
+    }
+
+    fn halt(&mut self, message: String) {
+        if matches!(self.state.phase, FleetPhase::Halted | FleetPhase::Aborted) {
+            return;
+        }
+        self.state.phase = FleetPhase::Halted;
+        self.state.message = message;
+        for (name, cluster) in self.state.clusters.iter_mut() {
+            match cluster.status {
+                ClusterStatus::NotStarted => {
+                    cluster.status = ClusterStatus::Held;
+                    cluster.reason = "held: the fleet halted before its wave".into();
+                }
+                ClusterStatus::Progressing => {
+                    cluster.status = ClusterStatus::Paused;
+                    cluster.reason =
+                        format!("paused: the fleet halted ({name} keeps running its analysis)");
+                    cluster.pending.push(Command::Pause);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// One tick: commands, then every cluster's rollout engine and analysis runs, then the wave
+    /// gate. Returns the actions and measurements for the driver.
+    pub fn tick(
+        &mut self,
+        revisions: &Revisions<'_>,
+        observations: &BTreeMap<String, ClusterObservation>,
+        outcomes: Vec<ClusterOutcome>,
+        commands: &[FleetCommand],
+        now: Millis,
+    ) -> FleetOutput {
+        let mut output = FleetOutput::default();
+        self.handle_commands(commands);
+        // Measurement outcomes into their runs.
+        for outcome in outcomes {
+            let Some(plan) = self
+                .run_plans
+                .get(&(outcome.cluster.clone(), outcome.run))
+                .cloned()
+            else {
+                continue;
+            };
+            if let Some(run) = self
+                .state
+                .clusters
+                .get_mut(&outcome.cluster)
+                .and_then(|c| c.runs.get_mut(&outcome.run))
+            {
+                run.handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
+            }
+        }
+        let names: Vec<String> = self.state.clusters.keys().cloned().collect();
+        for name in names {
+            let observation = observations.get(&name).cloned().unwrap_or_default();
+            self.tick_cluster(&name, revisions, &observation, now, &mut output);
+        }
+        self.gate(now);
+        // Start the clusters the wave gate allows; they take the new spec from the next tick.
+        self.start_clusters(now);
+        output
+    }
+
+    fn handle_commands(&mut self, commands: &[FleetCommand]) {
+        for command in commands {
+            match command {
+                FleetCommand::Pause => {
+                    self.state.paused = true;
+                    if self.state.phase == FleetPhase::Progressing {
+                        self.state.phase = FleetPhase::Paused;
+                    }
+                }
+                FleetCommand::Resume => {
+                    self.state.paused = false;
+                    if self.state.phase == FleetPhase::Paused {
+                        self.state.phase = FleetPhase::Progressing;
+                    }
+                }
+                FleetCommand::Promote { wave } => {
+                    let index = wave.map_or(self.state.wave, |w| w.saturating_sub(1));
+                    if index == self.state.wave && self.state.bake_started_at.is_some() {
+                        self.state.bake_started_at = Some(Millis::MIN / 2);
+                    }
+                    if let Some(members) = self.plan.waves.get(index) {
+                        for name in members {
+                            if let Some(cluster) = self.state.clusters.get_mut(name)
+                                && (cluster.status == ClusterStatus::Paused
+                                    || cluster.status == ClusterStatus::Progressing)
+                            {
+                                cluster.pending.push(Command::Promote { full: false });
+                            }
+                        }
+                    }
+                }
+                FleetCommand::Abort { cluster } => match cluster {
+                    Some(name) => {
+                        if let Some(state) = self.state.clusters.get_mut(name) {
+                            state.pending.push(Command::Abort);
+                        }
+                    }
+                    None => {
+                        for state in self.state.clusters.values_mut() {
+                            if matches!(
+                                state.status,
+                                ClusterStatus::Progressing | ClusterStatus::Paused
+                            ) {
+                                state.pending.push(Command::Abort);
+                            }
+                        }
+                        for state in self.state.clusters.values_mut() {
+                            if state.status == ClusterStatus::NotStarted {
+                                state.status = ClusterStatus::Held;
+                                state.reason = "held: the fleet was aborted".into();
+                            }
+                        }
+                        self.state.phase = FleetPhase::Aborted;
+                        self.state.message = "aborted by an operator".into();
+                    }
+                },
+                FleetCommand::Retry => {
+                    let revision = self.state.revision.clone();
+                    for (name, state) in self.state.clusters.iter_mut() {
+                        if state.status == ClusterStatus::RolledBack {
+                            self.state
+                                .rejections
+                                .remove(&(name.clone(), revision.clone()));
+                            state.status = ClusterStatus::NotStarted;
+                            state.failure = None;
+                            state.reason = "retrying".into();
+                            state.runs.clear();
+                        }
+                        if state.status == ClusterStatus::Held {
+                            state.status = ClusterStatus::NotStarted;
+                            state.reason.clear();
+                        }
+                    }
+                    if self.state.phase == FleetPhase::Halted {
+                        self.state.phase = FleetPhase::Progressing;
+                        self.state.message = "retrying the failed clusters".into();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts clusters of the current wave, within maxUpdate, unless paused, halted or rejected.
+    fn start_clusters(&mut self, now: Millis) {
+        if self.state.phase != FleetPhase::Progressing || self.state.paused {
+            return;
+        }
+        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+            return;
+        };
+        let limit = self.plan.max_update[self.state.wave];
+        let revision = self.state.revision.clone();
+        let mut progressing = members
+            .iter()
+            .filter(|n| {
+                self.state
+                    .clusters
+                    .get(*n)
+                    .is_some_and(|c| c.status == ClusterStatus::Progressing)
+            })
+            .count();
+        for name in members {
+            if progressing >= limit {
+                break;
+            }
+            if self
+                .state
+                .rejections
+                .contains(&(name.clone(), revision.clone()))
+            {
+                continue;
+            }
+            let Some(cluster) = self.state.clusters.get_mut(&name) else {
+                continue;
+            };
+            // A cluster starts from its settled previous revision (reconciled at least once).
+            if cluster.status != ClusterStatus::NotStarted || cluster.rollout.stable.is_none() {
+                continue;
+            }
+            cluster.status = ClusterStatus::Progressing;
+            cluster.on_new_spec = true;
+            cluster.started_at = Some(now);
+            cluster.reason = "updating".into();
+            progressing += 1;
+            if self.state.wave_started_at[self.state.wave].is_none() {
+                self.state.wave_started_at[self.state.wave] = Some(now);
+            }
+        }
+    }
+
+    fn tick_cluster(
+        &mut self,
+        name: &str,
+        revisions: &Revisions<'_>,
+        observation: &ClusterObservation,
+        now: Millis,
+        output: &mut FleetOutput,
+    ) {
+        let (spec, hash) = {
+            let cluster = &self.state.clusters[name];
+            if cluster.on_new_spec {
+                (revisions.next, self.hashes.1.clone())
+            } else {
+                (revisions.previous, self.hashes.0.clone())
+            }
+        };
+        // Reachability: an unreachable cluster is retried, never validated, and past its
+        // timeout halts the fleet or is skipped.
+        if !observation.reachable {
+            let timeout = self.plan.policy.unreachable_timeout as Millis;
+            let action = self.plan.policy.unreachable_action;
+            let in_current_wave = self.plan.wave_of(name) == Some(self.state.wave)
+                && self.state.phase == FleetPhase::Progressing;
+            let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+            let since = *cluster.unreachable_since.get_or_insert(now);
+            let in_play = matches!(
+                cluster.status,
+                ClusterStatus::Progressing | ClusterStatus::Paused
+            ) || (cluster.status == ClusterStatus::NotStarted && in_current_wave);
+            if in_play && now - since >= timeout {
+                match action {
+                    UnreachableAction::Skip => {
+                        cluster.status = ClusterStatus::Skipped;
+                        cluster.decided_at = Some(now);
+                        cluster.reason =
+                            format!("skipped: unreachable for {} s", (now - since) / 1000);
+                    }
+                    UnreachableAction::Halt => {
+                        let message =
+                            format!("cluster {name} unreachable for {} s", (now - since) / 1000);
+                        cluster.reason = message.clone();
+                        self.halt(message);
+                    }
+                }
+            }
+            return;
+        }
+        // Feed the runs' phases to the engine, take its decisions.
+        let mut observed = observation.observed.clone();
+        let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
+        for key in cluster_runs {
+            let Some(plan) = self.run_plan(spec, name, key).cloned() else {
+                continue;
+            };
+            let run = &self.state.clusters[name].runs[&key];
+            observed.analysis.insert(
+                key,
+                RunReport {
+                    phase: run.phase,
+                    message: run.message.clone(),
+                    abort_on_inconclusive: run.inconclusive_action(&plan) == OnInconclusive::Abort,
+                },
+            );
+        }
+        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        cluster.unreachable_since = None;
+        let commands = std::mem::take(&mut cluster.pending);
+        let actions = rollout::reconcile_with_hash(
+            spec,
+            &hash,
+            &mut cluster.rollout,
+            &observed,
+            &commands,
+            now,
+        );
+        let mut starts = Vec::new();
+        for action in &actions {
+            match action {
+                Action::StartAnalysis { run } => starts.push(*run),
+                Action::TerminateAnalysis { run } => {
+                    let plan = self.run_plan(spec, name, *run).cloned();
+                    if let (Some(plan), Some(state)) = (
+                        plan,
+                        self.state
+                            .clusters
+                            .get_mut(name)
+                            .and_then(|c| c.runs.get_mut(run)),
+                    ) {
+                        state.terminate();
+                        for index in state.to_cancel() {
+                            state.handle_outcome(&plan, index, now, Outcome::Terminated);
+                        }
+                        state.assess(&plan, now);
+                    }
+                }
+                _ => {}
+            }
+            output.actions.push((name.to_owned(), action.clone()));
+        }
+        for run in starts {
+            let plan = self.run_plan(spec, name, run).cloned();
+            let state = match &plan {
+                Some(plan) => Run::new(plan, now),
+                None => {
+                    Run::failed_to_start("Unable to resolve metric arguments for this cluster", now)
+                }
+            };
+            self.state
+                .clusters
+                .get_mut(name)
+                .expect("known cluster")
+                .runs
+                .insert(run, state);
+        }
+        // Advance the runs: due measurements become requests.
+        let keys: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
+        for key in keys {
+            let Some(plan) = self.run_plan(spec, name, key).cloned() else {
+                continue;
+            };
+            let run = self
+                .state
+                .clusters
+                .get_mut(name)
+                .expect("known cluster")
+                .runs
+                .get_mut(&key)
+                .expect("known run");
+            run.assess(&plan, now);
+            for request in run.poll_due(&plan, now) {
+                output.measurements.push(ClusterMeasurement {
+                    cluster: name.to_owned(),
+                    run: key,
+                    request,
+                });
+            }
+        }
+        self.judge_cluster(name, spec, now);
+    }
+
+    /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
+    /// or paused without evidence.
+    fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis) {
+        let revision = self.state.revision.clone();
+        let new_hash = self.hashes.1.clone();
+        let scope = self.plan.policy.rollback_scope;
+        let wave = self.plan.wave_of(name);
+        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        match cluster.status {
+            ClusterStatus::Progressing | ClusterStatus::Paused => {}
+            ClusterStatus::RolledBack => {
+                // Keep returning it to the previous spec once its abort has taken effect.
+                if cluster.on_new_spec && cluster.rollout.abort {
+                    cluster.on_new_spec = false;
+                }
+                return;
+            }
+            _ => return,
+        }
+        let engine = &cluster.rollout;
+        if engine.abort {
+            // Failed: record why, reject the revision for this cluster, roll it back alone.
+            let failure = cluster
+                .runs
+                .values()
+                .filter(|r| {
+                    matches!(
+                        r.phase,
+                        AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
+                    )
+                })
+                .flat_map(|r| r.metrics.iter())
+                .find(|m| {
+                    !m.dry_run
+                        && matches!(
+                            m.phase,
+                            AnalysisPhase::Failed
+                                | AnalysisPhase::Error
+                                | AnalysisPhase::Inconclusive
+                        )
+                })
+                .map(|m| Failure {
+                    metric: m.name.clone(),
+                    value: m
+                        .measurements
+                        .iter()
+                        .rev()
+                        .find(|x| x.finished_at.is_some())
+                        .map(|x| x.value.clone())
+                        .unwrap_or_default(),
+                    message: m.message.clone(),
+                });
+            cluster.status = ClusterStatus::RolledBack;
+            cluster.decided_at = Some(now);
+            cluster.reason = engine.message.clone();
+            cluster.failure = failure.clone();
+            self.state.rejections.insert((name.to_owned(), revision));
+            let cause = match &failure {
+                Some(f) => format!(
+                    "cluster {name} failed: metric {} = {} ({})",
+                    f.metric, f.value, f.message
+                ),
+                None => format!("cluster {name} failed: {}", engine.message),
+            };
+            self.on_failure(name, wave, scope, cause);
+            return;
+        }
+        let healthy = engine.phase == Phase::Healthy
+            && engine.stable == engine.current
+            && engine
+                .current
+                .and_then(|c| engine.revision(c))
+                .is_some_and(|r| r.hash == new_hash);
+        if !healthy {
+            return;
+        }
+        // Already on this revision before the fleet rollout began: nothing to prove.
+        if self.hashes.0 == self.hashes.1 {
+            cluster.status = ClusterStatus::Validated;
+            cluster.decided_at = Some(now);
+            cluster.reason = "already on this revision".into();
+            return;
+        }
+        // Healthy on this revision: validated only on evidence.
+        let mut evidence = !cluster.runs.is_empty();
+        let mut missing = String::new();
+        let keys: Vec<RunKey> = cluster.runs.keys().copied().collect();
+        for key in keys {
+            let plan = self.run_plan(spec, name, key).cloned();
+            let cluster = &self.state.clusters[name];
+            let run = &cluster.runs[&key];
+            let ok = run.phase == AnalysisPhase::Successful
+                && plan.as_ref().is_some_and(|p| run.has_evidence(p));
+            if !ok {
+                evidence = false;
+                if let Some(metric) = run.metrics.iter().find(|m| {
+                    !m.dry_run
+                        && (m.successful_without_evidence > 0
+                            || !m.measurements.iter().any(|x| x.evidence))
+                }) {
+                    missing = metric.name.clone();
+                }
+            }
+        }
+        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        if evidence {
+            cluster.status = ClusterStatus::Validated;
+            cluster.decided_at = Some(now);
+            cluster.reason =
+                "validated: healthy on the new revision, every gating metric with evidence".into();
+        } else if cluster.status != ClusterStatus::Paused {
+            cluster.status = ClusterStatus::Paused;
+            cluster.reason = if cluster.runs.is_empty() {
+                "inconclusive: the Rollout has no analysis, so nothing proves this cluster healthy (promote to accept)".into()
+            } else {
+                format!("inconclusive: metric {missing:?} passed without evidence (no data or NaN)")
+            };
+        }
+    }
+
+    fn on_failure(&mut self, name: &str, wave: Option<usize>, scope: RollbackScope, cause: String) {
+        // Widened scopes roll validated clusters back fast (no steps) to their previous stable.
+        let widen: Vec<String> = match scope {
+            RollbackScope::Failed => Vec::new(),
+            RollbackScope::Wave => wave.map(|w| self.plan.waves[w].clone()).unwrap_or_default(),
+            RollbackScope::Fleet => self.plan.clusters.keys().cloned().collect(),
+        };
+        for other in widen {
+            if other == name {
+                continue;
+            }
+            if let Some(cluster) = self.state.clusters.get_mut(&other)
+                && matches!(
+                    cluster.status,
+                    ClusterStatus::Validated | ClusterStatus::Progressing | ClusterStatus::Paused
+                )
+            {
+                cluster.status = ClusterStatus::RolledBack;
+                cluster.reason = format!("rolled back with {name} (rollbackScope {scope:?})");
+                cluster.on_new_spec = false;
+                cluster.pending.push(Command::Promote { full: true });
+            }
+        }
+        // Within the wave's failure budget, the wave goes on.
+        let revision = self.state.revision.clone();
+        let failed_in_wave = wave.map_or(0, |w| {
+            self.plan.waves[w]
+                .iter()
+                .filter(|c| {
+                    self.state
+                        .rejections
+                        .contains(&((*c).clone(), revision.clone()))
+                })
+                .count()
+        });
+        if scope == RollbackScope::Failed && failed_in_wave <= self.plan.policy.max_failed_clusters
+        {
+            return;
+        }
+        self.halt(format!("Halted: {cause}"));
+    }
+
+    /// The wave gate: complete when every cluster is decided (validated, skipped, or failed
+    /// within budget) and at least one validated; then the bake; then the next wave.
+    fn gate(&mut self, now: Millis) {
+        if self.state.phase != FleetPhase::Progressing {
+            return;
+        }
+        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+            self.state.phase = FleetPhase::Completed;
+            return;
+        };
+        let statuses: Vec<ClusterStatus> = members
+            .iter()
+            .map(|n| self.state.clusters[n].status)
+            .collect();
+        let decided = statuses.iter().all(|s| {
+            matches!(
+                s,
+                ClusterStatus::Validated | ClusterStatus::Skipped | ClusterStatus::RolledBack
+            )
+        });
+        if !decided {
+            self.state.bake_started_at = None;
+            return;
+        }
+        let started = *self.state.bake_started_at.get_or_insert(now);
+        if now - started < self.plan.bake as Millis {
+            return;
+        }
+        self.state.wave_completed_at[self.state.wave] = Some(now);
+        self.state.bake_started_at = None;
+        self.state.wave += 1;
+        if self.state.wave >= self.plan.waves.len() {
+            self.state.phase = FleetPhase::Completed;
+            self.state.message = "every wave validated".into();
+        } else {
+            self.start_clusters(now);
+        }
+    }
+}
+
+/// JSON maps need string keys: runs are stored as a list of (key, run) pairs.
+mod runs_as_pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::analysis::run::Run;
+    use crate::rollout::RunKey;
+
+    pub fn serialize<S: Serializer>(
+        runs: &BTreeMap<RunKey, Run>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        runs.iter().collect::<Vec<_>>().serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<RunKey, Run>, D::Error> {
+        Ok(Vec::<(RunKey, Run)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
+}

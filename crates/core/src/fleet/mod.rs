@@ -1,0 +1,14 @@
+//! The FleetRollout state machine: a new revision reaches a fleet in waves, a wave advances only
+//! when every one of its clusters is validated on that revision with evidence, and a failure is
+//! rolled back with the same granularity. It composes one rollout engine and its analysis runs
+//! per cluster, and performs no I/O: `tick` takes observations, measurement outcomes, commands
+//! and `now`, and returns per-cluster actions and measurement requests.
+
+mod machine;
+mod plan;
+
+pub use machine::*;
+pub use plan::*;
+
+#[cfg(test)]
+mod tests;

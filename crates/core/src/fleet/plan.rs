@@ -1,0 +1,271 @@
+//! The resolved shape of a fleet rollout: waves of clusters, per-cluster arguments, the failure
+//! policy, and the analysis plans each cluster's runs use.
+
+use std::collections::BTreeMap;
+
+use crate::analysis::plan::{ArgValue, PlanError, RunPlan, resolve};
+use crate::rollout::{AnalysisSlot, RunKey, template_hash};
+use crate::spec::analysis::{AnalysisTemplate, AnalysisTemplateSpec};
+use crate::spec::fleet::{
+    Fleet, FleetRollout, NewRevisionPolicy, RollbackScope, UnreachableAction,
+};
+use crate::spec::rollout::{AnalysisRunArgument, AnalysisTemplateRef, Rollout};
+
+/// One cluster as the fleet machine needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpec {
+    /// The cluster's name.
+    pub name: String,
+    /// Its region (the `region` argument).
+    pub region: Option<String>,
+    /// Its metrics endpoint (the `metrics-address` argument).
+    pub metrics_address: Option<String>,
+    /// Per-cluster argument overrides.
+    pub overrides: BTreeMap<String, String>,
+}
+
+/// What happens on failure, with defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Which clusters roll back when one fails.
+    pub rollback_scope: RollbackScope,
+    /// Failed clusters a wave tolerates.
+    pub max_failed_clusters: usize,
+    /// How long an unreachable cluster is retried (ms).
+    pub unreachable_timeout: u64,
+    /// What then.
+    pub unreachable_action: UnreachableAction,
+    /// What a new revision does to one in flight.
+    pub on_new_revision: NewRevisionPolicy,
+}
+
+/// A fleet rollout resolved against its Fleet, Rollout and templates.
+#[derive(Debug, Clone)]
+pub struct FleetPlan {
+    /// The FleetRollout's name.
+    pub name: String,
+    /// Waves in order, each a list of cluster names.
+    pub waves: Vec<Vec<String>>,
+    /// Per wave: at most this many clusters progressing at once.
+    pub max_update: Vec<usize>,
+    /// Every targeted cluster.
+    pub clusters: BTreeMap<String, ClusterSpec>,
+    /// Bake time after a wave is validated (ms).
+    pub bake: u64,
+    /// The failure policy.
+    pub policy: Policy,
+    /// The analysis templates, by name.
+    pub templates: BTreeMap<String, AnalysisTemplateSpec>,
+}
+
+/// Why a fleet rollout cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FleetPlanError(pub String);
+
+impl FleetPlan {
+    /// Resolves a FleetRollout against its Fleet, Rollout and templates.
+    pub fn resolve(
+        fleet: &Fleet,
+        fleet_rollout: &FleetRollout,
+        templates: &[AnalysisTemplate],
+    ) -> Result<FleetPlan, FleetPlanError> {
+        let layout = crate::lint::waves_of(fleet_rollout, &fleet.spec.clusters);
+        if layout.is_empty() {
+            return Err(FleetPlanError(format!(
+                "FleetRollout {:?} targets no cluster",
+                fleet_rollout.metadata.name.as_deref().unwrap_or("")
+            )));
+        }
+        let mut clusters = BTreeMap::new();
+        for cluster in &fleet.spec.clusters {
+            if !layout.values().any(|w| w.contains(&cluster.name)) {
+                continue;
+            }
+            let overrides = fleet_rollout
+                .spec
+                .cluster_overrides
+                .iter()
+                .filter(|o| o.cluster == cluster.name)
+                .flat_map(|o| {
+                    o.args
+                        .iter()
+                        .filter_map(|a| a.value.clone().map(|v| (a.name.clone(), v)))
+                })
+                .collect();
+            clusters.insert(
+                cluster.name.clone(),
+                ClusterSpec {
+                    name: cluster.name.clone(),
+                    region: cluster.region.clone(),
+                    metrics_address: cluster.metrics.as_ref().map(|m| m.address.clone()),
+                    overrides,
+                },
+            );
+        }
+        for wave in layout.values() {
+            for name in wave {
+                if !clusters.contains_key(name) {
+                    return Err(FleetPlanError(format!(
+                        "cluster {name:?} is not in Fleet {:?}",
+                        fleet.metadata.name.as_deref().unwrap_or("")
+                    )));
+                }
+            }
+        }
+        let steps = fleet_rollout.spec.waves.steps.as_ref();
+        let waves: Vec<Vec<String>> = layout.values().cloned().collect();
+        let max_update = waves
+            .iter()
+            .enumerate()
+            .map(|(i, wave)| {
+                steps
+                    .and_then(|s| s.get(i))
+                    .and_then(|s| s.max_update)
+                    .map_or(wave.len(), |m| {
+                        m.resolve_ceil(wave.len() as i64).max(1) as usize
+                    })
+            })
+            .collect();
+        let policy = fleet_rollout
+            .spec
+            .failure_policy
+            .clone()
+            .unwrap_or_default();
+        let unreachable = policy.unreachable.clone().unwrap_or_default();
+        Ok(FleetPlan {
+            name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
+            waves,
+            max_update,
+            clusters,
+            bake: fleet_rollout
+                .spec
+                .bake_time
+                .as_ref()
+                .and_then(|d| d.as_millis())
+                .unwrap_or(0),
+            policy: Policy {
+                rollback_scope: policy.rollback_scope.unwrap_or_default(),
+                max_failed_clusters: policy.max_failed_clusters.unwrap_or(0) as usize,
+                unreachable_timeout: unreachable
+                    .timeout
+                    .as_ref()
+                    .and_then(|d| d.as_millis())
+                    .unwrap_or(300_000),
+                unreachable_action: unreachable.action.unwrap_or_default(),
+                on_new_revision: fleet_rollout.spec.on_new_revision.unwrap_or_default(),
+            },
+            templates: templates
+                .iter()
+                .map(|t| (t.metadata.name.clone().unwrap_or_default(), t.spec.clone()))
+                .collect(),
+        })
+    }
+
+    /// The wave (0-based) a cluster belongs to.
+    pub fn wave_of(&self, cluster: &str) -> Option<usize> {
+        self.waves
+            .iter()
+            .position(|w| w.iter().any(|c| c == cluster))
+    }
+
+    /// The analysis plan for one run of one cluster: the referenced templates merged, with the
+    /// Rollout's arguments, the cluster's overrides and the injected arguments.
+    pub fn run_plan(
+        &self,
+        rollout: &Rollout,
+        cluster: &str,
+        run: RunKey,
+    ) -> Result<RunPlan, PlanError> {
+        let (refs, args) = analysis_refs(rollout, run.slot);
+        let mut spec = AnalysisTemplateSpec::default();
+        for reference in refs {
+            let template = self
+                .templates
+                .get(&reference.template_name)
+                .ok_or_else(|| {
+                    PlanError::InvalidRule(format!(
+                        "AnalysisTemplate {:?} not found",
+                        reference.template_name
+                    ))
+                })?;
+            spec.metrics.extend(template.metrics.iter().cloned());
+            for arg in &template.args {
+                if !spec.args.iter().any(|a| a.name == arg.name) {
+                    spec.args.push(arg.clone());
+                }
+            }
+            spec.dry_run.extend(template.dry_run.iter().cloned());
+            spec.measurement_retention
+                .extend(template.measurement_retention.iter().cloned());
+        }
+        let info = self.clusters.get(cluster);
+        let mut values: BTreeMap<String, ArgValue> = BTreeMap::new();
+        for arg in &args {
+            if let Some(value) = &arg.value {
+                values.insert(arg.name.clone(), ArgValue::plain(value.clone()));
+            } else if arg
+                .value_from
+                .as_ref()
+                .and_then(|v| v.pod_template_hash_value)
+                .is_some()
+            {
+                values.insert(arg.name.clone(), ArgValue::plain(template_hash(rollout)));
+            }
+        }
+        values.insert("cluster".into(), ArgValue::plain(cluster));
+        if let Some(region) = info.and_then(|i| i.region.clone()) {
+            values.insert("region".into(), ArgValue::plain(region));
+        }
+        if let Some(address) = info.and_then(|i| i.metrics_address.clone()) {
+            values.insert("metrics-address".into(), ArgValue::plain(address));
+        }
+        for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
+            values.insert(name, ArgValue::plain(value));
+        }
+        resolve(&spec, &values)
+    }
+}
+
+/// The templates and arguments of one analysis slot of a Rollout.
+fn analysis_refs(
+    rollout: &Rollout,
+    slot: AnalysisSlot,
+) -> (Vec<AnalysisTemplateRef>, Vec<AnalysisRunArgument>) {
+    let from = |a: &crate::spec::rollout::RolloutAnalysis| (a.templates.clone(), a.args.clone());
+    match slot {
+        AnalysisSlot::Step(i) => rollout
+            .steps()
+            .get(i as usize)
+            .and_then(|s| s.analysis.as_ref())
+            .map(from)
+            .unwrap_or_default(),
+        AnalysisSlot::Background => rollout
+            .canary()
+            .and_then(|c| c.analysis.as_ref())
+            .map(|b| (b.templates.clone(), b.args.clone()))
+            .unwrap_or_default(),
+        AnalysisSlot::PrePromotion => rollout
+            .blue_green()
+            .and_then(|b| b.pre_promotion_analysis.as_ref())
+            .map(from)
+            .unwrap_or_default(),
+        AnalysisSlot::PostPromotion => rollout
+            .blue_green()
+            .and_then(|b| b.post_promotion_analysis.as_ref())
+            .map(from)
+            .unwrap_or_default(),
+    }
+}
+
+/// The fleet revision: a content hash of the rendered Rollout (plus the Git commit, when the
+/// caller has one, folded in by the caller).
+pub fn fleet_revision(rollout: &Rollout) -> String {
+    let text = serde_json::to_string(&rollout.spec).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

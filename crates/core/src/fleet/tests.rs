@@ -1,0 +1,533 @@
+//! The fleet machine on seed 000's layout (canary-eu-west in wave 1, prod-eu-west in wave 2,
+//! prod-us-east and prod-ap-south in wave 3), against a simulated fleet on a virtual clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::analysis::{MetricResult, Outcome};
+use crate::rollout::{Action, ReplicaCounts, RevisionNumber, Weights};
+use crate::spec::analysis::AnalysisTemplate;
+use crate::spec::fleet::{Fleet, FleetRollout};
+use crate::spec::rollout::Rollout;
+
+const CLUSTERS: [&str; 4] = [
+    "canary-eu-west",
+    "prod-eu-west",
+    "prod-us-east",
+    "prod-ap-south",
+];
+
+fn fleet() -> Fleet {
+    serde_json::from_value(json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "payments"}, "spec": {"clusters": [
+        {"name": "canary-eu-west", "region": "eu-west", "metrics": {"address": "http://127.0.0.1:9101"}},
+        {"name": "prod-eu-west", "region": "eu-west", "metrics": {"address": "http://127.0.0.1:9102"}},
+        {"name": "prod-us-east", "region": "us-east", "metrics": {"address": "http://127.0.0.1:9103"}},
+        {"name": "prod-ap-south", "region": "ap-south", "metrics": {"address": "http://127.0.0.1:9104"}}
+    ]}}))
+    .unwrap()
+}
+
+fn fleet_rollout(extra: Value) -> FleetRollout {
+    let mut spec = json!({"fleet": "payments", "rollout": "payment-api", "bakeTime": "2m", "waves": {"list": [
+        {"cluster": "canary-eu-west", "wave": 1}, {"cluster": "prod-eu-west", "wave": 2},
+        {"cluster": "prod-us-east", "wave": 3}, {"cluster": "prod-ap-south", "wave": 3}
+    ]}});
+    if let Value::Object(extra) = extra {
+        for (k, v) in extra {
+            spec[k] = v;
+        }
+    }
+    serde_json::from_value(json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetRollout", "metadata": {"name": "payment-api"}, "spec": spec})).unwrap()
+}
+
+fn rollout(image: &str) -> Rollout {
+    serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "payment-api"}, "spec": {
+        "replicas": 4,
+        "selector": {"matchLabels": {"app": "payment-api"}},
+        "template": {"metadata": {"labels": {"app": "payment-api"}}, "spec": {"containers": [{"name": "app", "image": image}]}},
+        "strategy": {"canary": {
+            "trafficRouting": {"plugins": {"flotilla/agent": {}}},
+            "analysis": {"templates": [{"templateName": "error-rate"}]},
+            "steps": [{"setWeight": 20}, {"pause": {"duration": "1m"}}, {"setWeight": 50}, {"pause": {"duration": "1m"}}]
+        }}
+    }}))
+    .unwrap()
+}
+
+fn template(condition: &str) -> AnalysisTemplate {
+    serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": "error-rate"}, "spec": {
+        "metrics": [{"name": "error-rate", "interval": "30s", "successCondition": condition,
+                     "provider": {"prometheus": {"query": "sum(rate(http_requests_total{code=~\"5..\",cluster=\"{{args.cluster}}\"}[1m]))"}}}]
+    }}))
+    .unwrap()
+}
+
+const GUARDED: &str = "len(result) > 0 && !isNaN(result[0]) && result[0] < 0.01";
+
+/// What the simulated fleet serves.
+#[derive(Clone)]
+struct Truth {
+    /// Clusters where the new version's error rate is 5%.
+    regressed: BTreeSet<&'static str>,
+    /// Clusters that do not answer.
+    unreachable: BTreeSet<&'static str>,
+    /// Clusters whose metrics provider is down.
+    outage: BTreeSet<&'static str>,
+    /// Clusters whose canary gets no traffic (queries return no data).
+    no_traffic: BTreeSet<&'static str>,
+}
+
+impl Truth {
+    fn healthy() -> Truth {
+        Truth {
+            regressed: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
+            outage: BTreeSet::new(),
+            no_traffic: BTreeSet::new(),
+        }
+    }
+}
+
+struct Sim {
+    machine: FleetMachine,
+    previous: Rollout,
+    next: Rollout,
+    truth: Truth,
+    now: i64,
+    replicas: BTreeMap<String, BTreeMap<RevisionNumber, i32>>,
+    weights: BTreeMap<String, Weights>,
+    pending: Vec<ClusterMeasurement>,
+    /// (time, cluster, revision hash) whenever a cluster first scales a revision up.
+    deployed: Vec<(i64, String, String)>,
+}
+
+impl Sim {
+    fn new(fleet_rollout: FleetRollout, condition: &str, truth: Truth) -> Sim {
+        let previous = rollout("payment-api:1.8.3");
+        let next = rollout("payment-api:1.9.0");
+        let plan = FleetPlan::resolve(&fleet(), &fleet_rollout, &[template(condition)]).unwrap();
+        let machine = FleetMachine::new(
+            plan,
+            &Revisions {
+                previous: &previous,
+                next: &next,
+            },
+            None,
+        );
+        let mut sim = Sim {
+            machine,
+            previous,
+            next,
+            truth,
+            now: 0,
+            replicas: BTreeMap::new(),
+            weights: BTreeMap::new(),
+            pending: Vec::new(),
+            deployed: Vec::new(),
+        };
+        // Every cluster starts settled on the previous version.
+        sim.step(&[]);
+        sim
+    }
+
+    fn observations(&self) -> BTreeMap<String, ClusterObservation> {
+        CLUSTERS
+            .iter()
+            .map(|c| {
+                let replicas = self
+                    .replicas
+                    .get(*c)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(r, n)| {
+                        (
+                            r,
+                            ReplicaCounts {
+                                replicas: n,
+                                ready: n,
+                                available: n,
+                            },
+                        )
+                    })
+                    .collect();
+                let observed = crate::rollout::Observed {
+                    replicas,
+                    weights: Some(self.weights.get(*c).copied().unwrap_or(Weights {
+                        canary: 0,
+                        stable: 100,
+                    })),
+                    analysis: BTreeMap::new(),
+                };
+                (
+                    c.to_string(),
+                    ClusterObservation {
+                        reachable: !self.truth.unreachable.contains(c),
+                        observed,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The error rate a cluster's canary serves right now.
+    fn measure(&self, m: &ClusterMeasurement) -> Outcome {
+        let cluster = m.cluster.as_str();
+        if self.truth.outage.contains(cluster) {
+            return Outcome::Error(format!(
+                "Post \"http://{cluster}/api/v1/query\": connection refused"
+            ));
+        }
+        if self.truth.no_traffic.contains(cluster) {
+            return Outcome::Value {
+                result: MetricResult::Vector(vec![]),
+                metadata: BTreeMap::new(),
+            };
+        }
+        let rate = if self.truth.regressed.contains(cluster) {
+            0.05
+        } else {
+            0.002
+        };
+        Outcome::Value {
+            result: MetricResult::Vector(vec![rate]),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn step(&mut self, commands: &[FleetCommand]) {
+        let outcomes: Vec<ClusterOutcome> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|m| ClusterOutcome {
+                outcome: self.measure(&m),
+                cluster: m.cluster,
+                run: m.run,
+                metric_index: m.request.metric_index,
+            })
+            .collect();
+        let observations = self.observations();
+        let revisions = Revisions {
+            previous: &self.previous,
+            next: &self.next,
+        };
+        let output = self
+            .machine
+            .tick(&revisions, &observations, outcomes, commands, self.now);
+        for (cluster, action) in output.actions {
+            if self.truth.unreachable.contains(cluster.as_str()) {
+                continue;
+            }
+            match action {
+                Action::Scale {
+                    revision,
+                    hash,
+                    replicas,
+                } => {
+                    let before = self
+                        .replicas
+                        .entry(cluster.clone())
+                        .or_default()
+                        .insert(revision, replicas);
+                    if replicas > 0 && before.unwrap_or(0) == 0 {
+                        self.deployed.push((self.now, cluster.clone(), hash));
+                    }
+                }
+                Action::SetWeight { canary, stable } => {
+                    self.weights.insert(cluster, Weights { canary, stable });
+                }
+                _ => {}
+            }
+        }
+        self.pending = output.measurements;
+    }
+
+    fn run_until(&mut self, until: i64) {
+        while self.now < until && !matches!(self.machine.state.phase, FleetPhase::Completed) {
+            self.now += 5_000;
+            self.step(&[]);
+        }
+    }
+
+    fn status(&self, cluster: &str) -> ClusterStatus {
+        self.machine.state.clusters[cluster].status
+    }
+
+    fn new_hash(&self) -> String {
+        crate::rollout::template_hash(&self.next)
+    }
+
+    /// When a cluster first ran the new version, if ever.
+    fn got_new_version(&self, cluster: &str) -> Option<i64> {
+        let hash = self.new_hash();
+        self.deployed
+            .iter()
+            .find(|(_, c, h)| c == cluster && *h == hash)
+            .map(|(t, _, _)| *t)
+    }
+
+    /// Whether the cluster's stable (what it serves at weight 0) is the new version.
+    fn stable_is_new(&self, cluster: &str) -> bool {
+        let engine = &self.machine.state.clusters[cluster].rollout;
+        engine
+            .stable
+            .and_then(|s| engine.revision(s))
+            .is_some_and(|r| r.hash == self.new_hash())
+    }
+}
+
+#[test]
+fn a_healthy_release_reaches_every_cluster_in_strictly_ordered_waves() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    sim.run_until(3_600_000);
+    assert_eq!(
+        sim.machine.state.phase,
+        FleetPhase::Completed,
+        "{:#?}",
+        sim.machine.state.message
+    );
+    for cluster in CLUSTERS {
+        assert_eq!(sim.status(cluster), ClusterStatus::Validated, "{cluster}");
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+    // Waves strictly ordered: a wave starts only after the previous one completed (and baked).
+    let state = &sim.machine.state;
+    for w in 1..3 {
+        assert!(
+            state.wave_started_at[w].unwrap() >= state.wave_completed_at[w - 1].unwrap(),
+            "wave {w} overlapped wave {}",
+            w - 1
+        );
+        assert!(
+            state.wave_completed_at[w - 1].unwrap()
+                - state.clusters[&sim.machine.plan.waves[w - 1][0]]
+                    .decided_at
+                    .unwrap()
+                >= 120_000,
+            "bake"
+        );
+    }
+    let first = |c: &str| sim.got_new_version(c).unwrap();
+    assert!(first("canary-eu-west") < first("prod-eu-west"));
+    assert!(first("prod-eu-west") < first("prod-us-east"));
+    assert_eq!(
+        first("prod-us-east"),
+        first("prod-ap-south"),
+        "one wave, in parallel"
+    );
+}
+
+#[test]
+fn a_regression_in_the_canary_cluster_never_leaves_wave_1() {
+    let truth = Truth {
+        regressed: ["canary-eu-west"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.status("canary-eu-west"), ClusterStatus::RolledBack);
+    for cluster in ["prod-eu-west", "prod-us-east", "prod-ap-south"] {
+        assert_eq!(
+            sim.got_new_version(cluster),
+            None,
+            "{cluster} received the new version"
+        );
+        assert_eq!(sim.status(cluster), ClusterStatus::Held);
+    }
+    let failure = sim.machine.state.clusters["canary-eu-west"]
+        .failure
+        .clone()
+        .unwrap();
+    assert_eq!(failure.metric, "error-rate");
+    assert_eq!(failure.value, "[0.05]");
+    assert!(
+        sim.machine.state.message.contains("canary-eu-west")
+            && sim.machine.state.message.contains("error-rate"),
+        "{}",
+        sim.machine.state.message
+    );
+    assert!(!sim.stable_is_new("canary-eu-west"));
+    assert_eq!(
+        sim.weights["canary-eu-west"].canary, 0,
+        "traffic back on the stable"
+    );
+}
+
+#[test]
+fn a_regression_far_from_the_database_rolls_back_only_that_cluster() {
+    let truth = Truth {
+        regressed: ["prod-us-east"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert!(
+        sim.machine.state.message.contains("prod-us-east"),
+        "{}",
+        sim.machine.state.message
+    );
+    assert!(
+        sim.machine.state.message.contains("error-rate")
+            && sim.machine.state.message.contains("0.05"),
+        "{}",
+        sim.machine.state.message
+    );
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::RolledBack);
+    assert!(!sim.stable_is_new("prod-us-east"));
+    for cluster in ["canary-eu-west", "prod-eu-west"] {
+        assert_eq!(sim.status(cluster), ClusterStatus::Validated, "{cluster}");
+        assert!(
+            sim.stable_is_new(cluster),
+            "{cluster} stays on the new version"
+        );
+    }
+    let ap_south = sim.status("prod-ap-south");
+    assert!(
+        matches!(ap_south, ClusterStatus::Paused | ClusterStatus::Validated),
+        "{ap_south:?}"
+    );
+    assert!(sim.machine.state.rejections.contains(&(
+        "prod-us-east".to_owned(),
+        sim.machine.state.revision.clone()
+    )));
+}
+
+#[test]
+fn rollback_scope_fleet_reverts_every_cluster_that_had_the_new_version() {
+    let truth = Truth {
+        regressed: ["prod-us-east"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(
+        fleet_rollout(json!({"failurePolicy": {"rollbackScope": "fleet"}})),
+        GUARDED,
+        truth,
+    );
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    sim.run_until(sim.now + 120_000);
+    for cluster in CLUSTERS {
+        assert!(
+            !sim.stable_is_new(cluster),
+            "{cluster} still on the new version"
+        );
+        assert_eq!(sim.status(cluster), ClusterStatus::RolledBack, "{cluster}");
+    }
+}
+
+#[test]
+fn an_unreachable_cluster_is_never_validated() {
+    for (action, phase, status) in [
+        ("halt", FleetPhase::Halted, ClusterStatus::Progressing),
+        ("skip", FleetPhase::Completed, ClusterStatus::Skipped),
+    ] {
+        let truth = Truth {
+            unreachable: ["prod-eu-west"].into(),
+            ..Truth::healthy()
+        };
+        let mut sim = Sim::new(
+            fleet_rollout(
+                json!({"failurePolicy": {"unreachable": {"timeout": "5m", "action": action}}}),
+            ),
+            GUARDED,
+            truth,
+        );
+        sim.run_until(3_600_000);
+        assert_eq!(
+            sim.machine.state.phase, phase,
+            "{action}: {}",
+            sim.machine.state.message
+        );
+        assert_ne!(sim.status("prod-eu-west"), ClusterStatus::Validated);
+        if action == "halt" {
+            assert!(
+                sim.machine
+                    .state
+                    .message
+                    .contains("prod-eu-west unreachable"),
+                "{}",
+                sim.machine.state.message
+            );
+            assert_eq!(sim.got_new_version("prod-us-east"), None);
+        } else {
+            assert_eq!(sim.status("prod-eu-west"), status);
+            assert!(
+                sim.machine.state.clusters["prod-eu-west"]
+                    .reason
+                    .contains("skipped")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_provider_outage_never_validates_a_cluster() {
+    let truth = Truth {
+        outage: ["canary-eu-west"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_ne!(sim.status("canary-eu-west"), ClusterStatus::Validated);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+}
+
+#[test]
+fn a_canary_with_no_traffic_never_validates_its_cluster() {
+    // A failure-only condition passes on an empty result (Argo's verdict): Successful, yet no
+    // evidence, so the cluster pauses instead of validating.
+    let truth = Truth {
+        no_traffic: ["canary-eu-west"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(
+        fleet_rollout(json!({})),
+        "len(result) == 0 || result[0] < 0.01",
+        truth,
+    );
+    sim.run_until(3_600_000);
+    assert_eq!(
+        sim.status("canary-eu-west"),
+        ClusterStatus::Paused,
+        "{}",
+        sim.machine.state.clusters["canary-eu-west"].reason
+    );
+    assert!(
+        sim.machine.state.clusters["canary-eu-west"]
+            .reason
+            .contains("without evidence")
+    );
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+}
+
+#[test]
+fn the_fleet_state_serializes_and_resumes_to_the_same_outputs() {
+    let truth = Truth {
+        regressed: ["prod-us-east"].into(),
+        ..Truth::healthy()
+    };
+    let mut a = Sim::new(fleet_rollout(json!({})), GUARDED, truth.clone());
+    a.run_until(700_000);
+    let saved = serde_json::to_string(&a.machine.state).unwrap();
+    let restored: FleetState = serde_json::from_str(&saved).unwrap();
+    assert_eq!(restored, a.machine.state);
+    let mut b = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    b.machine = FleetMachine::new(
+        a.machine.plan.clone(),
+        &Revisions {
+            previous: &a.previous,
+            next: &a.next,
+        },
+        Some(restored),
+    );
+    b.now = a.now;
+    b.replicas = a.replicas.clone();
+    b.weights = a.weights.clone();
+    b.pending = a.pending.clone();
+    a.run_until(3_600_000);
+    b.run_until(3_600_000);
+    assert_eq!(a.machine.state, b.machine.state);
+}

@@ -1,7 +1,10 @@
 //! Command-line definition and dispatch.
 
+mod agent;
 mod analysis;
+mod demo_app;
 mod lint;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -22,6 +25,12 @@ enum Command {
     /// Run, replay or backtest an AnalysisTemplate.
     #[command(subcommand)]
     Analysis(analysis::AnalysisCommand),
+    /// Simulate a fleet rollout on virtual time against synthetic traffic.
+    Simulate(simulate::SimulateArgs),
+    /// Run one local cluster's data plane: router, process workloads, statistics, control API.
+    Agent(agent::AgentArgs),
+    /// Run the demo service (version label, latency, errors, dependency calls from flags).
+    DemoApp(demo_app::DemoAppArgs),
 }
 
 /// Runs the chosen command and returns the process exit code.
@@ -29,5 +38,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Lint(args) => lint::run(args),
         Command::Analysis(command) => analysis::run(command),
+        Command::Simulate(args) => simulate::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::DemoApp(args) => demo_app::run(args),
     }
 }

@@ -1,5 +1,5 @@
 //! Flotilla's core: the typed model of every manifest, strict parsing with precise locations,
-//! and the lint rules. Later: the analysis, rollout and fleet state machines.
+//! lint, and the analysis, rollout and fleet state machines with the simulator that drives them.
 //!
 //! Architecture invariant: nothing in this crate performs I/O. It never reads a file, opens a
 //! socket, reads a clock or spawns a process; callers hand it text, observations and `now`, and it
@@ -11,4 +11,5 @@ pub mod fleet;
 pub mod lint;
 pub mod manifest;
 pub mod rollout;
+pub mod simulate;
 pub mod spec;

@@ -636,8 +636,8 @@ impl FleetMachine {
                         AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
                     )
                 })
-                .flat_map(|r| r.metrics.iter())
-                .find(|m| {
+                .flat_map(|r| r.metrics.iter().map(move |m| (r, m)))
+                .find(|(_, m)| {
                     !m.dry_run
                         && matches!(
                             m.phase,
@@ -646,16 +646,26 @@ impl FleetMachine {
                                 | AnalysisPhase::Inconclusive
                         )
                 })
-                .map(|m| Failure {
-                    metric: m.name.clone(),
-                    value: m
+                .map(|(run, m)| {
+                    let last = m
                         .measurements
                         .iter()
                         .rev()
-                        .find(|x| x.finished_at.is_some())
-                        .map(|x| x.value.clone())
-                        .unwrap_or_default(),
-                    message: m.message.clone(),
+                        .find(|x| x.finished_at.is_some());
+                    let message = [
+                        run.message.as_str(),
+                        last.map_or("", |x| x.message.as_str()),
+                    ]
+                    .iter()
+                    .filter(|t| !t.is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                    Failure {
+                        metric: m.name.clone(),
+                        value: last.map(|x| x.value.clone()).unwrap_or_default(),
+                        message,
+                    }
                 });
             cluster.status = ClusterStatus::RolledBack;
             cluster.decided_at = Some(now);

@@ -168,6 +168,13 @@ pub(super) fn check_metrics(
                 format!("{path}.provider"),
                 "a metric needs exactly one provider; none is set",
             ),
+            1 if kinds[0] == "builtin" => sink.push(
+                loaded,
+                crate::diagnostic::Severity::Note,
+                "flotilla/extension",
+                format!("{path}.provider.builtin"),
+                "the builtin provider is a Flotilla extension (not Argo-compatible); it reads the synthetic traffic of `flotilla simulate`",
+            ),
             1 => {
                 if !EXECUTABLE_PROVIDERS.contains(&kinds[0]) {
                     sink.warn(

@@ -12,11 +12,36 @@ use crate::spec::fleet::{Cluster, Fleet, FleetRollout, SelectorOperator};
 use crate::spec::rollout::{AnalysisTemplateRef, Rollout};
 
 fn check_url(sink: &mut Sink, loaded: &LoadedManifest, path: String, url: &str) {
-    let valid = (url.starts_with("http://") || url.starts_with("https://"))
-        && url
-            .split("://")
-            .nth(1)
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+    // The authority runs from `://` to the first `/`, `?` or `#`; the host is what remains
+    // after any `user:pass@`, before an optional `:port` (IPv6 hosts are bracketed).
+    let valid = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .is_some_and(|rest| {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let host_port = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host_port)| host_port);
+            let (host, port) = match host_port.strip_prefix('[') {
+                Some(bracketed) => match bracketed.split_once(']') {
+                    Some((host, "")) => (host, None),
+                    Some((host, after)) => match after.strip_prefix(':') {
+                        Some(port) => (host, Some(port)),
+                        None => return false,
+                    },
+                    None => return false,
+                },
+                None => match host_port.split_once(':') {
+                    Some((host, port)) => (host, Some(port)),
+                    None => (host_port, None),
+                },
+            };
+            let port_ok = port.is_none_or(|port| {
+                port.bytes().all(|b| b.is_ascii_digit())
+                    && port.parse::<u16>().is_ok_and(|port| port >= 1)
+            });
+            !host.is_empty() && port_ok
+        });
     if !valid {
         sink.error(
             loaded,

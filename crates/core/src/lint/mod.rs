@@ -168,7 +168,7 @@ pub fn lint(manifests: &[LoadedManifest], options: Options) -> Vec<Diagnostic> {
             ),
             Manifest::Fleet(f) => fleet::check_fleet(&mut sink, loaded, f),
             Manifest::FleetRollout(f) => fleet::check_fleet_rollout(&index, &mut sink, loaded, f),
-            Manifest::Service(_) | Manifest::Ingress(_) => {}
+            Manifest::Service(_) | Manifest::Ingress(_) | Manifest::Scenario(_) => {}
         }
     }
     let mut diagnostics = sink.diagnostics;

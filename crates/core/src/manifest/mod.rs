@@ -242,7 +242,7 @@ fn decode_document(file: &str, document: Document) -> Decoded {
             | "AnalysisRun"
             | "Experiment",
         )
-        | ("flotilla.dev", "Fleet" | "FleetRollout")
+        | ("flotilla.dev", "Fleet" | "FleetRollout" | "Scenario")
             if api_version != spec::ARGO_API_VERSION
                 && api_version != spec::FLOTILLA_API_VERSION =>
         {
@@ -266,6 +266,7 @@ fn decode_document(file: &str, document: Document) -> Decoded {
             decode(&document).map(|m| Manifest::Experiment(Box::new(m)))
         }
         ("flotilla.dev", "Fleet") => decode(&document).map(|m| Manifest::Fleet(Box::new(m))),
+        ("flotilla.dev", "Scenario") => decode(&document).map(|m| Manifest::Scenario(Box::new(m))),
         ("flotilla.dev", "FleetRollout") => {
             decode(&document).map(|m| Manifest::FleetRollout(Box::new(m)))
         }

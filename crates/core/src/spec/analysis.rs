@@ -209,6 +209,67 @@ pub struct Metric {
     pub provider: MetricProvider,
 }
 
+/// Which traffic statistic a `builtin` metric reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuiltinStatistic {
+    /// Failed requests (5xx) over all requests in the window.
+    ErrorRate,
+    /// A latency quantile over the window, in seconds.
+    Latency,
+    /// Requests per second over the window.
+    RequestRate,
+}
+
+/// Which subset of traffic a `builtin` metric reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TrafficSubset {
+    /// The canary's traffic.
+    #[default]
+    Canary,
+    /// The stable's traffic.
+    Stable,
+}
+
+/// A Flotilla `builtin` metric: the router's own traffic statistics for one subset over a
+/// window. With fewer than `minRequests` requests in the window it returns no value (nil), so
+/// a thin window is never evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BuiltinMetric {
+    /// The statistic.
+    pub metric: BuiltinStatistic,
+    /// For `latency`: the quantile (default 0.95).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile: Option<f64>,
+    /// The subset (default `canary`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<TrafficSubset>,
+    /// The window ending at the measurement (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Duration>,
+    /// Fewest requests in the window for a value (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
+}
+
+impl BuiltinMetric {
+    /// Argo-style defaults: quantile 0.95, subset canary, window 2 minutes, 50 requests.
+    pub fn resolved(&self) -> (BuiltinStatistic, f64, TrafficSubset, u64, u64) {
+        (
+            self.metric,
+            self.quantile.unwrap_or(0.95),
+            self.subset.unwrap_or_default(),
+            self.window
+                .as_ref()
+                .and_then(|d| d.as_millis())
+                .unwrap_or(120_000),
+            self.min_requests.unwrap_or(50),
+        )
+    }
+}
+
 /// What an Inconclusive metric does to its rollout (a Flotilla extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -266,6 +327,10 @@ pub struct MetricProvider {
         rename = "skywalking"
     )]
     pub skywalking: Option<SkyWalkingMetric>,
+    /// Flotilla extension (not Argo-compatible): traffic statistics of the cluster's own router
+    /// (a Flotilla agent, or the simulator's synthetic traffic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<BuiltinMetric>,
     /// Metric plugins by name (`"<org>/<plugin>"`), each with its own free-form configuration.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugin: BTreeMap<String, serde_json::Value>,
@@ -289,6 +354,7 @@ impl MetricProvider {
             ("graphite", self.graphite.is_some()),
             ("influxdb", self.influxdb.is_some()),
             ("skywalking", self.skywalking.is_some()),
+            ("builtin", self.builtin.is_some()),
         ];
         kinds.extend(flags.iter().filter(|(_, set)| *set).map(|(name, _)| *name));
         kinds.extend(self.plugin.keys().map(|_| "plugin"));

@@ -10,6 +10,7 @@ pub mod common;
 pub mod fleet;
 pub mod kube;
 pub mod rollout;
+pub mod scenario;
 
 pub use common::{Duration, IntOrPercent, IntOrString};
 
@@ -35,6 +36,8 @@ pub enum Manifest {
     Fleet(Box<fleet::Fleet>),
     /// Flotilla's multi-cluster rollout.
     FleetRollout(Box<fleet::FleetRollout>),
+    /// A simulation scenario.
+    Scenario(Box<scenario::Scenario>),
     /// A Kubernetes Service (lint checks its selector against the Rollout that names it).
     Service(Box<kube::Service>),
     /// A Kubernetes Ingress (decoded so that it is understood, not reported as ignored).
@@ -52,6 +55,7 @@ impl Manifest {
             Manifest::Experiment(_) => "Experiment",
             Manifest::Fleet(_) => "Fleet",
             Manifest::FleetRollout(_) => "FleetRollout",
+            Manifest::Scenario(_) => "Scenario",
             Manifest::Service(_) => "Service",
             Manifest::Ingress(_) => "Ingress",
         }
@@ -66,6 +70,7 @@ impl Manifest {
             Manifest::Experiment(m) => &m.metadata,
             Manifest::Fleet(m) => &m.metadata,
             Manifest::FleetRollout(m) => &m.metadata,
+            Manifest::Scenario(m) => &m.metadata,
             Manifest::Service(m) => &m.metadata,
             Manifest::Ingress(m) => &m.metadata,
         };

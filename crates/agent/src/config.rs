@@ -1,0 +1,656 @@
+//! The agent's configuration file: YAML (or JSON) read with the core's loader, so that every
+//! error names the file, line, column and field path.
+//!
+//! ```yaml
+//! cluster: eu-west
+//! router: {listen: "127.0.0.1:8080"}
+//! control: {listen: "127.0.0.1:9090"}
+//! seed: 42
+//! weights: {canary: 0}
+//! workload:
+//!   command: [flotilla, demo-app, --version, "{{version}}", --port, "{{port}}"]
+//!   readiness: {path: /healthz}
+//! subsets:
+//!   stable: {version: "1.8.3", replicas: 2}
+//!   canary: {version: "1.9.0", replicas: 0}
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use flotilla_core::manifest::yaml::{Budget, Locations, parse_documents};
+use serde::{Deserialize, Serialize};
+
+use crate::router::{MirrorSpec, RouteSpec};
+
+/// The largest configuration file the agent reads.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The subset that receives `maxWeight - canary` of the weighted traffic.
+pub const STABLE: &str = "stable";
+/// The subset that receives `canary` of the weighted traffic.
+pub const CANARY: &str = "canary";
+
+/// One agent's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The cluster this agent is (the `cluster` label of its metrics).
+    pub cluster: String,
+    /// Where the router listens.
+    pub router: Listener,
+    /// Where the control API listens.
+    pub control: Listener,
+    /// Seed of the router's random choices (weighted split, mirroring); random when absent.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// The total weight: the canary's weight is out of this (Argo's `maxTrafficWeight`).
+    #[serde(default = "default_max_weight")]
+    pub max_weight: u32,
+    /// The weights in effect when the agent starts.
+    #[serde(default)]
+    pub weights: InitialWeights,
+    /// Routes in effect when the agent starts, tried in order before the weights.
+    #[serde(default)]
+    pub routes: Vec<RouteSpec>,
+    /// Mirror routes in effect when the agent starts.
+    #[serde(default)]
+    pub mirrors: Vec<MirrorSpec>,
+    /// The workload template of every subset that does not have its own.
+    #[serde(default)]
+    pub workload: Option<WorkloadTemplate>,
+    /// The subsets (revisions) the router sends traffic to; `stable` and `canary` are required.
+    pub subsets: BTreeMap<String, SubsetConfig>,
+}
+
+fn default_max_weight() -> u32 {
+    100
+}
+
+/// A listen address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Listener {
+    /// A loopback address and port (port 0 picks a free one).
+    pub listen: SocketAddr,
+}
+
+/// The weights in effect at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InitialWeights {
+    /// The canary's weight, 0..=maxWeight.
+    #[serde(default)]
+    pub canary: u32,
+}
+
+/// One subset: a revision run as local processes, or fixed upstream endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubsetConfig {
+    /// The version the replicas run (`{{version}}` in the command template).
+    #[serde(default)]
+    pub version: String,
+    /// How many replicas to run.
+    #[serde(default)]
+    pub replicas: u32,
+    /// This subset's own workload template (instead of the top-level one).
+    #[serde(default)]
+    pub workload: Option<WorkloadTemplate>,
+    /// Fixed upstream endpoints instead of processes (loopback addresses).
+    #[serde(default)]
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// How to run one replica of a revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadTemplate {
+    /// The program and its arguments; `{{version}}` and `{{port}}` are substituted.
+    pub command: Vec<String>,
+    /// Variables added to the inherited environment (values are templates too).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The readiness probe.
+    #[serde(default)]
+    pub readiness: Readiness,
+    /// How long a replica has between SIGTERM and SIGKILL.
+    #[serde(default = "default_grace")]
+    pub termination_grace_period_seconds: u64,
+    /// How long a replica keeps serving after it leaves routing and before it gets SIGTERM.
+    #[serde(default = "default_drain")]
+    pub drain_delay_ms: u64,
+    /// The first delay before restarting a crashed replica; it doubles up to `maxMs`.
+    #[serde(default)]
+    pub restart_backoff: Backoff,
+}
+
+fn default_grace() -> u64 {
+    10
+}
+
+fn default_drain() -> u64 {
+    300
+}
+
+/// The HTTP readiness probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Readiness {
+    /// The path probed with GET; any 2xx or 3xx is ready.
+    #[serde(default = "default_probe_path")]
+    pub path: String,
+    /// Time between probes.
+    #[serde(default = "default_period")]
+    pub period_ms: u64,
+    /// Time a probe may take.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// Consecutive failures that take a ready replica out of routing.
+    #[serde(default = "default_failures")]
+    pub failure_threshold: u32,
+}
+
+fn default_probe_path() -> String {
+    "/healthz".into()
+}
+fn default_period() -> u64 {
+    250
+}
+fn default_timeout() -> u64 {
+    1000
+}
+fn default_failures() -> u32 {
+    2
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness {
+            path: default_probe_path(),
+            period_ms: default_period(),
+            timeout_ms: default_timeout(),
+            failure_threshold: default_failures(),
+        }
+    }
+}
+
+/// Restart backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Backoff {
+    /// The first delay.
+    #[serde(default = "default_backoff_initial")]
+    pub initial_ms: u64,
+    /// The largest delay.
+    #[serde(default = "default_backoff_max")]
+    pub max_ms: u64,
+}
+
+fn default_backoff_initial() -> u64 {
+    200
+}
+fn default_backoff_max() -> u64 {
+    10_000
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial_ms: default_backoff_initial(),
+            max_ms: default_backoff_max(),
+        }
+    }
+}
+
+impl WorkloadTemplate {
+    /// The grace period between SIGTERM and SIGKILL.
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.termination_grace_period_seconds)
+    }
+
+    /// The command line for one replica.
+    pub fn argv(&self, version: &str, port: u16) -> Vec<String> {
+        self.command
+            .iter()
+            .map(|a| substitute(a, version, port))
+            .collect()
+    }
+
+    /// The environment added for one replica.
+    pub fn env_for(&self, version: &str, port: u16) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| (k.clone(), substitute(v, version, port)))
+            .collect()
+    }
+}
+
+fn substitute(template: &str, version: &str, port: u16) -> String {
+    template
+        .replace("{{version}}", version)
+        .replace("{{port}}", &port.to_string())
+}
+
+/// The placeholders of a template other than `{{version}}` and `{{port}}`.
+fn unknown_placeholders(template: &str) -> Vec<String> {
+    let mut unknown = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        match after.find("}}") {
+            Some(end) => {
+                let name = &after[..end];
+                if name != "version" && name != "port" {
+                    unknown.push(format!("{{{{{name}}}}}"));
+                }
+                rest = &after[end + 2..];
+            }
+            None => break,
+        }
+    }
+    unknown
+}
+
+/// A configuration that cannot be used, with where the problem is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file (empty when the text did not come from a file).
+    pub file: String,
+    /// 1-based line (0 when unknown).
+    pub line: u32,
+    /// 1-based column (0 when unknown).
+    pub column: u32,
+    /// The field path, Argo style (`subsets.canary.replicas`); empty for the whole file.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.file.is_empty() {
+            write!(f, "{}:", self.file)?;
+        }
+        if self.line > 0 {
+            write!(f, "{}:{}:", self.line, self.column)?;
+        }
+        if !self.file.is_empty() || self.line > 0 {
+            f.write_str(" ")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A problem found by validation, before locations are attached.
+struct Problem {
+    field: String,
+    message: String,
+}
+
+fn problem(field: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl AgentConfig {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let file = path.display().to_string();
+        let whole = |message: String| ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            field: String::new(),
+            message,
+        };
+        let meta = std::fs::metadata(path)
+            .map_err(|e| whole(format!("cannot read the agent configuration: {e}")))?;
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(whole(format!(
+                "the agent configuration is {} bytes; the limit is {MAX_CONFIG_BYTES}",
+                meta.len()
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| whole(format!("cannot read the agent configuration: {e}")))?;
+        AgentConfig::parse(&text, &file)
+    }
+
+    /// Parses and validates configuration text; `file` only names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<AgentConfig, ConfigError> {
+        let error = |line: u32, column: u32, field: &str, message: String| ConfigError {
+            file: file.to_owned(),
+            line,
+            column,
+            field: field.to_owned(),
+            message,
+        };
+        let mut documents = parse_documents(text, Budget::default())
+            .map_err(|e| error(e.location.line, e.location.column, "", e.message.clone()))?;
+        if documents.len() != 1 {
+            return Err(error(
+                0,
+                0,
+                "",
+                format!(
+                    "the agent configuration must be exactly one YAML document, not {}",
+                    documents.len()
+                ),
+            ));
+        }
+        let document = documents.remove(0);
+        let locate = |locations: &Locations, field: &str, message: String| {
+            let at = locations.find(field);
+            error(at.line, at.column, field, message)
+        };
+        let config: AgentConfig = serde_path_to_error::deserialize(document.value.clone())
+            .map_err(|e| {
+                let field = e.path().to_string();
+                let field = if field == "." { String::new() } else { field };
+                locate(&document.locations, &field, e.into_inner().to_string())
+            })?;
+        if let Err(p) = config.validate() {
+            return Err(locate(&document.locations, &p.field, p.message));
+        }
+        Ok(config)
+    }
+
+    /// The names of the subsets, for messages.
+    pub fn subset_names(&self) -> String {
+        self.subsets.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// The workload template of a subset (its own or the top-level one).
+    pub fn template_of(&self, subset: &str) -> Option<&WorkloadTemplate> {
+        self.subsets
+            .get(subset)
+            .and_then(|s| s.workload.as_ref())
+            .or(self.workload.as_ref())
+    }
+
+    fn validate(&self) -> Result<(), Problem> {
+        if self.cluster.trim().is_empty() {
+            return Err(problem("cluster", "the cluster name must not be empty"));
+        }
+        for (field, listener) in [
+            ("router.listen", self.router),
+            ("control.listen", self.control),
+        ] {
+            if !listener.listen.ip().is_loopback() {
+                return Err(problem(
+                    field,
+                    format!(
+                        "{} is not a loopback address; the agent listens on loopback only \
+                         (127.0.0.1 or ::1)",
+                        listener.listen
+                    ),
+                ));
+            }
+        }
+        if self.router.listen == self.control.listen && self.router.listen.port() != 0 {
+            return Err(problem(
+                "control.listen",
+                format!(
+                    "the router and the control API cannot both listen on {}",
+                    self.router.listen
+                ),
+            ));
+        }
+        for required in [STABLE, CANARY] {
+            if !self.subsets.contains_key(required) {
+                return Err(problem(
+                    "subsets",
+                    format!(
+                        "subset {required:?} is missing; an agent has at least the subsets \
+                         \"stable\" and \"canary\""
+                    ),
+                ));
+            }
+        }
+        if self.max_weight == 0 {
+            return Err(problem("maxWeight", "maxWeight must be at least 1"));
+        }
+        if self.weights.canary > self.max_weight {
+            return Err(problem(
+                "weights.canary",
+                format!(
+                    "the canary weight {} is above maxWeight {}",
+                    self.weights.canary, self.max_weight
+                ),
+            ));
+        }
+        if let Some(template) = &self.workload {
+            validate_template(template, "workload")?;
+        }
+        for (name, subset) in &self.subsets {
+            let at = format!("subsets.{name}");
+            if !valid_name(name) {
+                return Err(problem(
+                    at,
+                    format!(
+                        "subset name {name:?} must be lowercase letters, digits and '-' \
+                         (at most 63)"
+                    ),
+                ));
+            }
+            if let Some(template) = &subset.workload {
+                validate_template(template, &format!("{at}.workload"))?;
+            }
+            for (i, endpoint) in subset.endpoints.iter().enumerate() {
+                if !endpoint.ip().is_loopback() || endpoint.port() == 0 {
+                    return Err(problem(
+                        format!("{at}.endpoints[{i}]"),
+                        format!("endpoint {endpoint} must be a loopback address with a port"),
+                    ));
+                }
+            }
+            if !subset.endpoints.is_empty() && (subset.replicas > 0 || subset.workload.is_some()) {
+                return Err(problem(
+                    at,
+                    "a subset has either fixed endpoints or a workload, not both",
+                ));
+            }
+            if subset.replicas > 0 {
+                if self.template_of(name).is_none() {
+                    return Err(problem(
+                        format!("{at}.replicas"),
+                        format!(
+                            "subset {name:?} asks for {} replicas but there is no workload \
+                             template (set workload at the top level or in the subset)",
+                            subset.replicas
+                        ),
+                    ));
+                }
+                if subset.version.trim().is_empty() {
+                    return Err(problem(
+                        format!("{at}.version"),
+                        "a subset with replicas needs a version",
+                    ));
+                }
+            }
+        }
+        let known: BTreeSet<&str> = self.subsets.keys().map(String::as_str).collect();
+        let mut names = BTreeSet::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let at = format!("routes[{i}]");
+            if !names.insert(route.name.as_str()) {
+                return Err(problem(
+                    format!("{at}.name"),
+                    format!("route {:?} is defined twice", route.name),
+                ));
+            }
+            route
+                .compile(&known)
+                .map_err(|e| problem(format!("{at}.{}", e.field), e.message))?;
+        }
+        let mut names = BTreeSet::new();
+        for (i, mirror) in self.mirrors.iter().enumerate() {
+            let at = format!("mirrors[{i}]");
+            if !names.insert(mirror.name.as_str()) {
+                return Err(problem(
+                    format!("{at}.name"),
+                    format!("mirror {:?} is defined twice", mirror.name),
+                ));
+            }
+            mirror
+                .compile(&known)
+                .map_err(|e| problem(format!("{at}.{}", e.field), e.message))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a subset name is usable (a DNS label).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn validate_template(template: &WorkloadTemplate, at: &str) -> Result<(), Problem> {
+    if template.command.is_empty() || template.command[0].trim().is_empty() {
+        return Err(problem(
+            format!("{at}.command"),
+            "the command must name a program",
+        ));
+    }
+    for (i, arg) in template.command.iter().enumerate() {
+        if let Some(bad) = unknown_placeholders(arg).first() {
+            return Err(problem(
+                format!("{at}.command[{i}]"),
+                format!(
+                    "unknown placeholder {bad}; the command knows {{{{version}}}} and {{{{port}}}}"
+                ),
+            ));
+        }
+    }
+    for (key, value) in &template.env {
+        if let Some(bad) = unknown_placeholders(value).first() {
+            return Err(problem(
+                format!("{at}.env.{key}"),
+                format!(
+                    "unknown placeholder {bad}; the environment knows {{{{version}}}} and {{{{port}}}}"
+                ),
+            ));
+        }
+    }
+    let uses_port = template.command.iter().any(|a| a.contains("{{port}}"))
+        || template.env.values().any(|v| v.contains("{{port}}"));
+    if !uses_port {
+        return Err(problem(
+            format!("{at}.command"),
+            "the command (or env) must contain {{port}}: each replica listens on its own port",
+        ));
+    }
+    if !template.readiness.path.starts_with('/') {
+        return Err(problem(
+            format!("{at}.readiness.path"),
+            "the readiness path must start with '/'",
+        ));
+    }
+    if template.readiness.period_ms == 0 || template.readiness.timeout_ms == 0 {
+        return Err(problem(
+            format!("{at}.readiness"),
+            "periodMs and timeoutMs must be above zero",
+        ));
+    }
+    if template.restart_backoff.initial_ms == 0
+        || template.restart_backoff.max_ms < template.restart_backoff.initial_ms
+    {
+        return Err(problem(
+            format!("{at}.restartBackoff"),
+            "initialMs must be above zero and maxMs at least initialMs",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+cluster: eu-west
+router: {listen: "127.0.0.1:0"}
+control: {listen: "127.0.0.1:0"}
+workload:
+  command: [flotilla, demo-app, --version, "{{version}}", --port, "{{port}}"]
+subsets:
+  stable: {version: "1.0", replicas: 2}
+  canary: {version: "1.1"}
+"#;
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let config = AgentConfig::parse(GOOD, "a.yaml").unwrap();
+        assert_eq!(config.max_weight, 100);
+        let t = config.template_of("canary").unwrap();
+        assert_eq!(
+            t.argv("1.1", 4000),
+            ["flotilla", "demo-app", "--version", "1.1", "--port", "4000"]
+        );
+        assert_eq!(t.readiness.path, "/healthz");
+    }
+
+    #[test]
+    fn errors_name_the_line_column_and_field() {
+        let text = GOOD.replace("replicas: 2", "replicas: two");
+        let err = AgentConfig::parse(&text, "a.yaml").unwrap_err();
+        assert_eq!(err.field, "subsets.stable.replicas");
+        assert_eq!(err.line, 8, "{err}");
+        assert!(err.to_string().starts_with("a.yaml:8:"), "{err}");
+
+        let text = format!(
+            "{GOOD}routes:\n  - name: r\n    subset: canry\n    header: {{name: x-canary, exact: \"true\"}}\n"
+        );
+        let err = AgentConfig::parse(&text, "a.yaml").unwrap_err();
+        assert_eq!(err.field, "routes[0].subset", "{err}");
+        assert!(err.message.contains("\"canry\""), "{err}");
+        assert_eq!(err.line, 12, "{err}");
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let cases = [
+            (
+                GOOD.replace("127.0.0.1:0\"}\ncontrol", "0.0.0.0:80\"}\ncontrol"),
+                "loopback",
+            ),
+            (
+                GOOD.replace("  canary: {version: \"1.1\"}\n", ""),
+                "\"canary\" is missing",
+            ),
+            (GOOD.replace("\"{{port}}\"", "\"8080\""), "{{port}}"),
+            (
+                GOOD.replace("\"{{port}}\"", "\"{{prot}}\""),
+                "unknown placeholder {{prot}}",
+            ),
+            (
+                GOOD.replace(
+                    "cluster: eu-west",
+                    "cluster: eu-west\nweights: {canary: 101}",
+                ),
+                "above maxWeight",
+            ),
+            (
+                GOOD.replace("cluster: eu-west", "cluster: eu-west\nbogus: 1"),
+                "unknown field `bogus`",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = AgentConfig::parse(&text, "a.yaml").unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! The control API (axum, loopback only): weights, header/cookie routes, mirror routes,
+//! scaling, replica status, traffic statistics over a window, configuration reload, and the
+//! Prometheus exposition on `/metrics`. Errors are `{"error": "..."}` with a 4xx/5xx status; a
+//! request naming an unknown subset is a 400 that names it and changes nothing.
+//! docs/agent.md is the reference.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::Router as Routes;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::agent::{AgentError, Shared};
+use crate::router::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec, RouterError, Weights};
+use crate::stats::Window;
+use crate::workload::{SubsetStatus, WorkloadError};
+
+type AppState = State<Arc<Shared>>;
+
+/// An API error: a status and a message, sent as `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+impl From<RouterError> for ApiError {
+    fn from(e: RouterError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+impl From<WorkloadError> for ApiError {
+    fn from(e: WorkloadError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(e: AgentError) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            ApiError::bad_request(format!("invalid JSON body: {inner}"))
+        } else {
+            ApiError::bad_request(format!("invalid JSON body at {path}: {inner}"))
+        }
+    })
+}
+
+fn check_subset(shared: &Shared, subset: &str) -> Result<(), ApiError> {
+    if shared.router.has_subset(subset) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "unknown subset {subset:?}; the subsets are {}",
+            shared.router.subsets().join(", ")
+        )))
+    }
+}
+
+/// `PUT /v1/weights`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetWeights {
+    /// The canary's weight, 0..=max.
+    pub canary: u32,
+}
+
+/// `PUT /v1/routes/{name}`: a route without its name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteBody {
+    /// Where matching requests go.
+    pub subset: String,
+    /// Match on a header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<HeaderMatch>,
+    /// Match on a cookie.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<CookieMatch>,
+}
+
+/// `PUT /v1/mirrors/{name}`: a mirror without its name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MirrorBody {
+    /// Where copies go (default canary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
+    /// The share copied, 0..=100.
+    pub percentage: u32,
+    /// Only requests that match this header are copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<HeaderMatch>,
+}
+
+/// `PUT /v1/subsets/{subset}/scale`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scale {
+    /// The version to run.
+    pub version: String,
+    /// How many replicas.
+    pub replicas: u32,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    /// The cluster.
+    pub cluster: String,
+    /// The weights in effect.
+    pub weights: Weights,
+    /// The routes in effect, in the order they are tried.
+    pub routes: Vec<RouteSpec>,
+    /// The mirror routes in effect.
+    pub mirrors: Vec<MirrorSpec>,
+    /// Every subset's workload.
+    pub subsets: Vec<SubsetStatus>,
+}
+
+/// The window of `GET /v1/subsets/{subset}/stats`: either `window` (a duration such as `2m`)
+/// ending `offset` ago (default now), or `start` and `end` in Unix seconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WindowQuery {
+    /// The window's length (`30s`, `2m`, `1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// How long ago the window ends (default `0s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// Start, Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<u64>,
+    /// End, Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<u64>,
+    /// A latency quantile to report, 0..=1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile: Option<f64>,
+}
+
+fn duration_secs(text: &str, what: &str) -> Result<u64, ApiError> {
+    flotilla_core::spec::common::parse_duration(text)
+        .map(|ms| ms / 1000)
+        .map_err(|e| ApiError::bad_request(format!("{what}: {e}")))
+}
+
+impl WindowQuery {
+    fn resolve(&self, now: u64) -> Result<(u64, u64), ApiError> {
+        match (self.start, self.end, &self.window) {
+            (Some(start), Some(end), None) if self.offset.is_none() => {
+                if start >= end {
+                    return Err(ApiError::bad_request(format!(
+                        "start ({start}) must be before end ({end})"
+                    )));
+                }
+                Ok((start, end))
+            }
+            (None, None, Some(window)) => {
+                let length = duration_secs(window, "window")?;
+                if length == 0 {
+                    return Err(ApiError::bad_request("window must be at least 1s"));
+                }
+                let offset = match &self.offset {
+                    Some(o) => duration_secs(o, "offset")?,
+                    None => 0,
+                };
+                let end = now.saturating_sub(offset);
+                Ok((end.saturating_sub(length), end))
+            }
+            _ => Err(ApiError::bad_request(
+                "give either window (and optionally offset), or start and end",
+            )),
+        }
+    }
+}
+
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let app = routes(shared);
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            while !*shutdown.borrow() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+}
+
+fn routes(shared: Arc<Shared>) -> Routes {
+    Routes::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status))
+        .route("/v1/weights", get(weights).put(set_weights))
+        .route("/v1/routes", get(list_routes))
+        .route("/v1/routes/{name}", put(set_route).delete(remove_route))
+        .route("/v1/mirrors", get(list_mirrors))
+        .route("/v1/mirrors/{name}", put(set_mirror).delete(remove_mirror))
+        .route("/v1/subsets", get(subsets))
+        .route("/v1/subsets/{subset}", get(subset))
+        .route("/v1/subsets/{subset}/scale", put(scale))
+        .route("/v1/subsets/{subset}/stats", get(stats))
+        .route("/v1/config/reload", post(reload))
+        .fallback(|| async { ApiError::not_found("no such endpoint; see docs/agent.md") })
+        .method_not_allowed_fallback(|| async {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                message: "method not allowed on this endpoint; see docs/agent.md".into(),
+            }
+        })
+        .with_state(shared)
+}
+
+async fn metrics(State(shared): AppState) -> Response {
+    let cluster = shared.config.lock().expect("config lock").cluster.clone();
+    let mut text = String::new();
+    shared.stats.render_prometheus(&cluster, &mut text);
+    let weights = shared.router.weights();
+    let label = cluster.replace('\\', "\\\\").replace('"', "\\\"");
+    let _ = writeln!(
+        text,
+        "# HELP flotilla_agent_weight The weight of a subset in the weighted split.\n\
+         # TYPE flotilla_agent_weight gauge\n\
+         flotilla_agent_weight{{cluster=\"{label}\",subset=\"canary\"}} {}\n\
+         flotilla_agent_weight{{cluster=\"{label}\",subset=\"stable\"}} {}\n\
+         # HELP flotilla_agent_ready_endpoints Endpoints of a subset in routing.\n\
+         # TYPE flotilla_agent_ready_endpoints gauge",
+        weights.canary, weights.stable
+    );
+    for subset in shared.router.subsets() {
+        let _ = writeln!(
+            text,
+            "flotilla_agent_ready_endpoints{{cluster=\"{label}\",subset=\"{subset}\"}} {}",
+            shared.router.ready_endpoints(&subset).len()
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn status(State(shared): AppState) -> Result<Json<AgentStatus>, ApiError> {
+    let cluster = shared.config.lock().expect("config lock").cluster.clone();
+    let mut subsets = Vec::new();
+    for name in shared.router.subsets() {
+        subsets.push(shared.workloads.status(&name)?);
+    }
+    Ok(Json(AgentStatus {
+        cluster,
+        weights: shared.router.weights(),
+        routes: shared.router.routes(),
+        mirrors: shared.router.mirrors(),
+        subsets,
+    }))
+}
+
+async fn weights(State(shared): AppState) -> Json<Weights> {
+    Json(shared.router.weights())
+}
+
+async fn set_weights(State(shared): AppState, body: Bytes) -> Result<Json<Weights>, ApiError> {
+    let body: SetWeights = decode(&body)?;
+    Ok(Json(shared.router.set_weight(body.canary)?))
+}
+
+async fn list_routes(State(shared): AppState) -> Json<Vec<RouteSpec>> {
+    Json(shared.router.routes())
+}
+
+async fn set_route(
+    State(shared): AppState,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Vec<RouteSpec>>, ApiError> {
+    let body: RouteBody = decode(&body)?;
+    check_subset(&shared, &body.subset)?;
+    shared.router.set_route(RouteSpec {
+        name,
+        subset: body.subset,
+        header: body.header,
+        cookie: body.cookie,
+    })?;
+    Ok(Json(shared.router.routes()))
+}
+
+async fn remove_route(
+    State(shared): AppState,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<RouteSpec>>, ApiError> {
+    if shared.router.remove_route(&name) {
+        Ok(Json(shared.router.routes()))
+    } else {
+        Err(ApiError::not_found(format!("there is no route {name:?}")))
+    }
+}
+
+async fn list_mirrors(State(shared): AppState) -> Json<Vec<MirrorSpec>> {
+    Json(shared.router.mirrors())
+}
+
+async fn set_mirror(
+    State(shared): AppState,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Vec<MirrorSpec>>, ApiError> {
+    let body: MirrorBody = decode(&body)?;
+    let subset = body
+        .subset
+        .unwrap_or_else(|| crate::config::CANARY.to_owned());
+    check_subset(&shared, &subset)?;
+    shared.router.set_mirror(MirrorSpec {
+        name,
+        subset,
+        percentage: body.percentage,
+        header: body.header,
+    })?;
+    Ok(Json(shared.router.mirrors()))
+}
+
+async fn remove_mirror(
+    State(shared): AppState,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<MirrorSpec>>, ApiError> {
+    if shared.router.remove_mirror(&name) {
+        Ok(Json(shared.router.mirrors()))
+    } else {
+        Err(ApiError::not_found(format!("there is no mirror {name:?}")))
+    }
+}
+
+async fn subsets(State(shared): AppState) -> Result<Json<Vec<SubsetStatus>>, ApiError> {
+    let mut out = Vec::new();
+    for name in shared.router.subsets() {
+        out.push(shared.workloads.status(&name)?);
+    }
+    Ok(Json(out))
+}
+
+async fn subset(
+    State(shared): AppState,
+    Path(subset): Path<String>,
+) -> Result<Json<SubsetStatus>, ApiError> {
+    check_subset(&shared, &subset)?;
+    Ok(Json(shared.workloads.status(&subset)?))
+}
+
+async fn scale(
+    State(shared): AppState,
+    Path(subset): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<SubsetStatus>), ApiError> {
+    check_subset(&shared, &subset)?;
+    let body: Scale = decode(&body)?;
+    if body.replicas > 1000 {
+        return Err(ApiError::bad_request(format!(
+            "{} replicas is more than this agent runs (at most 1000)",
+            body.replicas
+        )));
+    }
+    shared
+        .workloads
+        .scale(&subset, &body.version, body.replicas)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(shared.workloads.status(&subset)?),
+    ))
+}
+
+async fn stats(
+    State(shared): AppState,
+    Path(subset): Path<String>,
+    query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Window>, ApiError> {
+    check_subset(&shared, &subset)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(q) = query.quantile
+        && !(0.0..=1.0).contains(&q)
+    {
+        return Err(ApiError::bad_request(format!(
+            "quantile must be between 0 and 1, not {q}"
+        )));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let (start, end) = query.resolve(now)?;
+    let stats = shared
+        .stats
+        .get(&subset)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown subset {subset:?}")))?;
+    Ok(Json(stats.window(&subset, start, end, query.quantile)))
+}
+
+async fn reload(State(shared): AppState) -> Result<Json<BTreeMap<String, String>>, ApiError> {
+    shared.reload()?;
+    Ok(Json(BTreeMap::from([(
+        "status".to_owned(),
+        "reloaded".to_owned(),
+    )])))
+}

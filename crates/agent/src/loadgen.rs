@@ -1,0 +1,367 @@
+//! The load generator: open-loop, constant-rate HTTP load on loopback targets.
+//!
+//! Each target gets its own schedule (request k leaves at `start + k / rate`, whether or not the
+//! earlier ones have been answered), bounded by a duration and a total request count. The report
+//! gives the achieved rate, the status counts and latency quantiles (measured from the moment a
+//! request is issued to the end of its response body). Only loopback targets are accepted.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http::{HeaderName, HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, Semaphore};
+
+/// Requests allowed in flight at once; past it a scheduled request is counted as not sent.
+const MAX_IN_FLIGHT: usize = 8192;
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    /// An `http://` URL on loopback.
+    pub url: String,
+    /// Requests per second for this target (the run's rate when absent).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// Headers added to every request.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+}
+
+impl Target {
+    /// A target with the run's rate and no extra headers.
+    pub fn new(url: impl Into<String>) -> Target {
+        Target {
+            url: url.into(),
+            rate: None,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// Why a run cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// A target is not on loopback.
+    #[error(
+        "refusing to send load to {0}: the load generator only targets loopback \
+         (127.0.0.0/8, ::1 or localhost)"
+    )]
+    NotLoopback(String),
+    /// A target or setting is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Latency quantiles in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// What one target got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetReport {
+    /// The target.
+    pub url: String,
+    /// The rate asked for.
+    pub rate: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that got a response.
+    pub completed: u64,
+    /// Requests with no response (connection error, timeout, broken body).
+    pub failed: u64,
+    /// Scheduled requests not sent because too many were in flight.
+    pub not_sent: u64,
+    /// Responses per second over the run.
+    pub achieved_rate: f64,
+    /// Responses by status code.
+    pub status_counts: BTreeMap<u16, u64>,
+    /// Latency of the responses.
+    pub latency_ms: Quantiles,
+    /// The first few transport errors, for the report.
+    pub errors: Vec<String>,
+}
+
+/// What a run got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// How long the run took, seconds (until the last response).
+    pub elapsed_seconds: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that got a response.
+    pub completed: u64,
+    /// Requests with no response.
+    pub failed: u64,
+    /// Scheduled requests not sent.
+    pub not_sent: u64,
+    /// Responses per second.
+    pub achieved_rate: f64,
+    /// Responses by status code.
+    pub status_counts: BTreeMap<u16, u64>,
+    /// Latency of all responses.
+    pub latency_ms: Quantiles,
+    /// Per target.
+    pub targets: Vec<TargetReport>,
+}
+
+/// Checks that a URL is `http://` on loopback.
+pub fn check_loopback(url: &str) -> Result<Uri, LoadError> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| LoadError::Invalid(format!("target {url:?} is not a URL: {e}")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(LoadError::Invalid(format!(
+            "target {url:?} must be an http:// URL"
+        )));
+    }
+    let host = uri.host().unwrap_or("");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Err(LoadError::NotLoopback(url.to_owned()));
+    }
+    Ok(uri)
+}
+
+struct Tally {
+    report: TargetReport,
+    histogram: Histogram<u64>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+fn quantiles(h: &Histogram<u64>) -> Quantiles {
+    if h.is_empty() {
+        return Quantiles::default();
+    }
+    let ms = |v: u64| v as f64 / 1000.0;
+    Quantiles {
+        p50: ms(h.value_at_quantile(0.5)),
+        p90: ms(h.value_at_quantile(0.9)),
+        p99: ms(h.value_at_quantile(0.99)),
+        max: ms(h.max()),
+    }
+}
+
+/// Sends open-loop load: each target at its own rate (or `rate`), for at most `duration` and
+/// at most `max_requests` requests in all; returns when every response is in.
+pub async fn run(
+    targets: &[Target],
+    rate: f64,
+    duration: Duration,
+    max_requests: u64,
+) -> Result<Report, LoadError> {
+    if targets.is_empty() {
+        return Err(LoadError::Invalid("name at least one target".into()));
+    }
+    let mut plans = Vec::new();
+    for target in targets {
+        let uri = check_loopback(&target.url)?;
+        let rate = target.rate.unwrap_or(rate);
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+            return Err(LoadError::Invalid(format!(
+                "the rate for {} must be above 0 and at most 1000000 requests/s, not {rate}",
+                target.url
+            )));
+        }
+        let mut headers = Vec::new();
+        for (k, v) in &target.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| LoadError::Invalid(format!("{k:?} is not a header name")))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|_| LoadError::Invalid(format!("{v:?} is not a header value")))?;
+            headers.push((name, value));
+        }
+        plans.push((target.url.clone(), uri, rate, headers));
+    }
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(connector);
+    let budget = Arc::new(AtomicU64::new(max_requests));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let start = Instant::now();
+    let mut schedulers = Vec::new();
+    let mut tallies = Vec::new();
+    for (url, uri, rate, headers) in plans {
+        let tally = Arc::new(Mutex::new(Tally {
+            report: TargetReport {
+                url,
+                rate,
+                ..TargetReport::default()
+            },
+            histogram: histogram(),
+        }));
+        let client = client.clone();
+        let budget = budget.clone();
+        let in_flight = in_flight.clone();
+        let scheduler_tally = tally.clone();
+        schedulers.push(tokio::spawn(async move {
+            let tally = scheduler_tally;
+            let interval = Duration::from_secs_f64(1.0 / rate);
+            let mut requests = Vec::new();
+            let mut k: u32 = 0;
+            loop {
+                let due = start + interval * k;
+                if due.duration_since(start) >= duration {
+                    break;
+                }
+                if budget
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                    .is_err()
+                {
+                    break;
+                }
+                tokio::time::sleep_until(due.into()).await;
+                k += 1;
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    tally.lock().await.report.not_sent += 1;
+                    continue;
+                };
+                let mut request = Request::get(uri.clone())
+                    .body(Empty::new())
+                    .expect("a GET request");
+                for (name, value) in &headers {
+                    request.headers_mut().append(name.clone(), value.clone());
+                }
+                let client = client.clone();
+                let tally = tally.clone();
+                requests.push(tokio::spawn(async move {
+                    let issued = Instant::now();
+                    let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
+                        let response = client
+                            .request(request)
+                            .await
+                            .map_err(|e| crate::router::error_chain(&e))?;
+                        let status = response.status().as_u16();
+                        response
+                            .into_body()
+                            .collect()
+                            .await
+                            .map_err(|e| format!("reading the body: {e}"))?;
+                        Ok::<u16, String>(status)
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no response within {REQUEST_TIMEOUT:?}")));
+                    let latency = issued.elapsed();
+                    drop(permit);
+                    let mut t = tally.lock().await;
+                    t.report.sent += 1;
+                    match result {
+                        Ok(status) => {
+                            t.report.completed += 1;
+                            *t.report.status_counts.entry(status).or_default() += 1;
+                            let micros = (latency.as_micros() as u64).clamp(1, 600_000_000);
+                            let _ = t.histogram.record(micros);
+                        }
+                        Err(e) => {
+                            t.report.failed += 1;
+                            if t.report.errors.len() < 5 {
+                                t.report.errors.push(e);
+                            }
+                        }
+                    }
+                }));
+            }
+            for r in requests {
+                let _ = r.await;
+            }
+        }));
+        tallies.push(tally);
+    }
+    for scheduler in schedulers {
+        let _ = scheduler.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+    let mut report = Report {
+        elapsed_seconds: elapsed,
+        ..Report::default()
+    };
+    let mut all = histogram();
+    for tally in tallies {
+        let mut t = tally.lock().await;
+        let _ = all.add(&t.histogram);
+        t.report.latency_ms = quantiles(&t.histogram);
+        t.report.achieved_rate = t.report.completed as f64 / elapsed;
+        report.sent += t.report.sent;
+        report.completed += t.report.completed;
+        report.failed += t.report.failed;
+        report.not_sent += t.report.not_sent;
+        for (code, n) in &t.report.status_counts {
+            *report.status_counts.entry(*code).or_default() += n;
+        }
+        report.targets.push(t.report.clone());
+    }
+    report.achieved_rate = report.completed as f64 / elapsed;
+    report.latency_ms = quantiles(&all);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_targets_are_accepted() {
+        for ok in [
+            "http://127.0.0.1:80/x",
+            "http://localhost:1/",
+            "http://[::1]:8080/",
+            "http://127.9.9.9/",
+        ] {
+            check_loopback(ok).unwrap();
+        }
+        for bad in [
+            "http://10.0.0.1/",
+            "http://example.com/",
+            "http://0.0.0.0:80/",
+        ] {
+            let err = check_loopback(bad).unwrap_err();
+            assert_eq!(err, LoadError::NotLoopback(bad.into()), "{bad}");
+            assert!(err.to_string().contains("only targets loopback"));
+        }
+        assert!(matches!(
+            check_loopback("https://127.0.0.1/"),
+            Err(LoadError::Invalid(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_non_loopback_target_refuses_the_whole_run() {
+        let targets = [
+            Target::new("http://127.0.0.1:9/"),
+            Target::new("http://192.0.2.1/"),
+        ];
+        let err = run(&targets, 10.0, Duration::from_secs(1), 10)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LoadError::NotLoopback(_)));
+    }
+}

@@ -1,0 +1,577 @@
+//! The agent in-process over real loopback sockets: the router in front of in-process demo
+//! services (fixed endpoints), driven through the control API client. No child processes here;
+//! the process-level tests are in the workspace's `tests/agent_cli.rs`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flotilla_agent::client::ClientError;
+use flotilla_agent::control::WindowQuery;
+use flotilla_agent::demo_app::{DemoConfig, DemoServer};
+use flotilla_agent::loadgen::{self, Target};
+use flotilla_agent::router::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec};
+use flotilla_agent::{Agent, AgentClient, AgentConfig, AgentError};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+type Http = Client<HttpConnector, Empty<Bytes>>;
+
+/// The two heavy tests (10,000 requests; 2,000 requests/s) take turns, so that on a small
+/// machine each gets the CPU it needs.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn demo(version: &str) -> DemoServer {
+    DemoServer::start(DemoConfig {
+        version: version.into(),
+        ..DemoConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn config_text(stable: SocketAddr, canary: SocketAddr, canary_weight: u32) -> String {
+    format!(
+        r#"
+cluster: test
+router: {{listen: "127.0.0.1:0"}}
+control: {{listen: "127.0.0.1:0"}}
+seed: 42
+weights: {{canary: {canary_weight}}}
+subsets:
+  stable: {{endpoints: ["{stable}"]}}
+  canary: {{endpoints: ["{canary}"]}}
+"#
+    )
+}
+
+struct Setup {
+    agent: Agent,
+    client: AgentClient,
+    stable: DemoServer,
+    canary: DemoServer,
+    router: String,
+}
+
+impl Setup {
+    async fn new(canary_weight: u32) -> Setup {
+        let stable = demo("1.0").await;
+        let canary = demo("2.0").await;
+        let config = AgentConfig::parse(
+            &config_text(stable.local_addr(), canary.local_addr(), canary_weight),
+            "test.yaml",
+        )
+        .unwrap();
+        let agent = Agent::start(config, None).await.unwrap();
+        let client = AgentClient::new(format!("http://{}", agent.control_addr())).unwrap();
+        let router = format!("http://{}", agent.router_addr());
+        Setup {
+            agent,
+            client,
+            stable,
+            canary,
+            router,
+        }
+    }
+
+    async fn stop(self) {
+        self.agent.shutdown().await;
+        self.stable.shutdown().await;
+        self.canary.shutdown().await;
+    }
+}
+
+fn http1() -> Http {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn http2() -> Http {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+/// Sends a GET; returns the status, the `x-version` header and the body.
+async fn get(http: &Http, url: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let mut request = http::Request::get(url).body(Empty::new()).unwrap();
+    for (k, v) in headers {
+        request.headers_mut().append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let response = http.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let version = response
+        .headers()
+        .get("x-version")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, version, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Polls `check` until it returns true or the deadline passes.
+async fn eventually(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_observed_split_matches_the_weight_over_ten_thousand_requests() {
+    let _turn = HEAVY.lock().await;
+    let setup = Setup::new(20).await;
+    let canary_count = Arc::new(AtomicU32::new(0));
+    let total = Arc::new(AtomicU32::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    // 40 workers × 250 requests, half over HTTP/1.1 keep-alive and half over HTTP/2: the
+    // split is decided per request on both.
+    for worker in 0..40 {
+        let http = if worker % 2 == 0 { http1() } else { http2() };
+        let url = format!("{}/split", setup.router);
+        let canary_count = canary_count.clone();
+        let total = total.clone();
+        workers.spawn(async move {
+            for _ in 0..250 {
+                let (status, version, _) = get(&http, &url, &[]).await;
+                assert_eq!(status, 200);
+                if version == "2.0" {
+                    canary_count.fetch_add(1, Ordering::Relaxed);
+                }
+                total.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.unwrap();
+    }
+    let n = f64::from(total.load(Ordering::Relaxed));
+    assert_eq!(n, 10_000.0);
+    let canary = f64::from(canary_count.load(Ordering::Relaxed));
+    let stable = n - canary;
+    let (e_canary, e_stable) = (n * 0.2, n * 0.8);
+    let chi2 = (canary - e_canary).powi(2) / e_canary + (stable - e_stable).powi(2) / e_stable;
+    // Chi-square with one degree of freedom, 99.9%: 10.828.
+    assert!(chi2 < 10.828, "canary {canary} of {n}: chi² {chi2}");
+    // The statistics saw the same split.
+    let window = WindowQuery {
+        window: Some("5m".into()),
+        ..WindowQuery::default()
+    };
+    let canary_stats = setup.client.stats("canary", &window).await.unwrap();
+    assert_eq!(canary_stats.requests as f64, canary);
+    assert_eq!(canary_stats.by_class["2xx"] as f64, canary);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_weights_every_100ms_under_load_loses_nothing_and_adds_no_5xx() {
+    let _turn = HEAVY.lock().await;
+    let setup = Setup::new(0).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let changes = Arc::new(AtomicU32::new(0));
+    let changer = {
+        let client = setup.client.clone();
+        let stop = stop.clone();
+        let changes = changes.clone();
+        tokio::spawn(async move {
+            let weights = [0, 10, 50, 90, 100, 30, 70];
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let w = client
+                    .set_weights(weights[i % weights.len()])
+                    .await
+                    .unwrap();
+                assert_eq!(w.canary, weights[i % weights.len()]);
+                changes.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let report = loadgen::run(
+        &[Target::new(format!("{}/load", setup.router))],
+        2000.0,
+        Duration::from_secs(3),
+        6000,
+    )
+    .await
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    changer.await.unwrap();
+    assert!(changes.load(Ordering::Relaxed) >= 10, "{changes:?}");
+    assert_eq!(report.not_sent, 0, "{report:?}");
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert_eq!(report.sent, 6000, "{report:?}");
+    assert_eq!(report.status_counts.get(&200), Some(&6000), "{report:?}");
+    // Both versions served: the weights did change under the load.
+    assert!(setup.stable.requests_served() > 0 && setup.canary.requests_served() > 0);
+    assert_eq!(
+        setup.stable.requests_served() + setup.canary.requests_served(),
+        6000
+    );
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_and_cookie_routes_win_over_weights_and_mirroring_changes_no_response() {
+    let setup = Setup::new(0).await;
+    let http = http1();
+    let url = format!("{}/r", setup.router);
+    let route = |name: &str, subset: &str, header: Option<HeaderMatch>, cookie| RouteSpec {
+        name: name.into(),
+        subset: subset.into(),
+        header,
+        cookie,
+    };
+    let header = |name: &str, exact: Option<&str>, prefix: Option<&str>, regex: Option<&str>| {
+        Some(HeaderMatch {
+            name: name.into(),
+            exact: exact.map(Into::into),
+            prefix: prefix.map(Into::into),
+            regex: regex.map(Into::into),
+        })
+    };
+    let c = &setup.client;
+    c.set_route(&route(
+        "users",
+        "canary",
+        header("x-canary-user", Some("true"), None, None),
+        None,
+    ))
+    .await
+    .unwrap();
+    c.set_route(&route(
+        "team",
+        "canary",
+        header("x-team", None, Some("beta-"), None),
+        None,
+    ))
+    .await
+    .unwrap();
+    c.set_route(&route(
+        "build",
+        "canary",
+        header("x-build", None, None, Some("[0-9]+\\.rc")),
+        None,
+    ))
+    .await
+    .unwrap();
+    c.set_route(&route(
+        "cookie",
+        "canary",
+        None,
+        Some(CookieMatch {
+            name: "canary".into(),
+            value: "yes".into(),
+        }),
+    ))
+    .await
+    .unwrap();
+    for headers in [
+        vec![("x-canary-user", "true")],
+        vec![("x-team", "beta-7")],
+        vec![("x-build", "12.rc")],
+        vec![("cookie", "session=1; canary=yes")],
+    ] {
+        for _ in 0..5 {
+            assert_eq!(get(&http, &url, &headers).await.1, "2.0", "{headers:?}");
+        }
+    }
+    for headers in [
+        vec![],
+        vec![("x-canary-user", "false")],
+        vec![("x-team", "alpha-beta-")],
+        vec![("x-build", "12.rc1")],
+        vec![("cookie", "canary=no")],
+    ] {
+        assert_eq!(get(&http, &url, &headers).await.1, "1.0", "{headers:?}");
+    }
+    // At weight 100 a header route to the stable still wins.
+    c.set_weights(100).await.unwrap();
+    c.set_route(&route(
+        "pin",
+        "stable",
+        header("x-pin", Some("stable"), None, None),
+        None,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(get(&http, &url, &[("x-pin", "stable")]).await.1, "1.0");
+    assert_eq!(get(&http, &url, &[]).await.1, "2.0");
+    let routes = c.remove_route("pin").await.unwrap();
+    assert_eq!(routes.len(), 4);
+    assert_eq!(get(&http, &url, &[("x-pin", "stable")]).await.1, "2.0");
+
+    // Mirroring: every request copied to the canary, clients still get the stable's answers.
+    c.set_weights(0).await.unwrap();
+    c.set_mirror(&MirrorSpec {
+        name: "shadow".into(),
+        subset: "canary".into(),
+        percentage: 100,
+        header: None,
+    })
+    .await
+    .unwrap();
+    let canary_before = setup.canary.requests_served();
+    for _ in 0..50 {
+        let (status, version, body) = get(&http, &url, &[]).await;
+        assert_eq!((status, version.as_str()), (200, "1.0"));
+        assert!(body.contains("\"version\":\"1.0\""), "{body}");
+    }
+    let canary = &setup.canary;
+    eventually(
+        "the canary to see 50 mirrored requests",
+        Duration::from_secs(20),
+        async || canary.requests_served() >= canary_before + 50,
+    )
+    .await;
+    // Mirrored copies are not client traffic: the canary's statistics saw none of them.
+    let window = WindowQuery {
+        window: Some("5m".into()),
+        ..WindowQuery::default()
+    };
+    let stats = c.stats("canary", &window).await.unwrap();
+    let routed_to_canary = 5 * 4 + 1 + 1;
+    assert_eq!(stats.requests, routed_to_canary, "{stats:?}");
+    c.remove_mirror("shadow").await.unwrap();
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_going_away_leaves_traffic_flowing_with_the_last_weights() {
+    let setup = Setup::new(0).await;
+    {
+        // A controller that sets the weights and a route, then dies mid-call.
+        let controller =
+            AgentClient::new(format!("http://{}", setup.agent.control_addr())).unwrap();
+        controller.set_weights(50).await.unwrap();
+        let _ = controller
+            .set_route(&RouteSpec {
+                name: "users".into(),
+                subset: "canary".into(),
+                header: Some(HeaderMatch {
+                    name: "x-canary-user".into(),
+                    exact: Some("true".into()),
+                    prefix: None,
+                    regex: None,
+                }),
+                cookie: None,
+            })
+            .await
+            .unwrap();
+        // A half-sent request on a raw connection, then the connection drops.
+        use tokio::io::AsyncWriteExt;
+        let mut raw = tokio::net::TcpStream::connect(setup.agent.control_addr())
+            .await
+            .unwrap();
+        raw.write_all(b"PUT /v1/weights HTTP/1.1\r\nhost: x\r\ncontent-length: 40\r\n\r\n{\"can")
+            .await
+            .unwrap();
+        drop(raw);
+        let pending = tokio::spawn(async move { controller.set_weights(0).await });
+        pending.abort();
+        let _ = pending.await;
+    }
+    let report = loadgen::run(
+        &[Target::new(format!("{}/after", setup.router))],
+        400.0,
+        Duration::from_secs(1),
+        400,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status_counts.get(&200), Some(&400), "{report:?}");
+    let canary_share = setup.canary.requests_served() as f64 / 400.0;
+    // The weights in effect are still 50/50 (unless the aborted call landed, which it may
+    // have: then 0). Either way traffic flowed and the route is kept.
+    let weights = setup.client.weights().await.unwrap();
+    if weights.canary == 50 {
+        assert!((0.35..0.65).contains(&canary_share), "{canary_share}");
+    } else {
+        assert_eq!(weights.canary, 0);
+    }
+    assert_eq!(setup.client.routes().await.unwrap().len(), 1);
+    let http = http1();
+    let url = format!("{}/r", setup.router);
+    assert_eq!(
+        get(&http, &url, &[("x-canary-user", "true")]).await.1,
+        "2.0"
+    );
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_error_and_changes_nothing() {
+    let setup = Setup::new(10).await;
+    let c = &setup.client;
+    let before = c.status().await.unwrap();
+
+    // Unknown subsets: 400 naming them, nothing changed.
+    let api = |e: ClientError| match e {
+        ClientError::Api {
+            status, message, ..
+        } => (status, message),
+        other => panic!("{other}"),
+    };
+    let (status, message) = api(c
+        .set_route(&RouteSpec {
+            name: "r".into(),
+            subset: "canry".into(),
+            header: Some(HeaderMatch {
+                name: "x".into(),
+                exact: Some("1".into()),
+                prefix: None,
+                regex: None,
+            }),
+            cookie: None,
+        })
+        .await
+        .unwrap_err());
+    assert_eq!(status, 400);
+    assert!(message.contains("unknown subset \"canry\""), "{message}");
+    for result in [
+        c.scale("canry", "1.0", 1).await.map(drop),
+        c.stats(
+            "canry",
+            &WindowQuery {
+                window: Some("1m".into()),
+                ..WindowQuery::default()
+            },
+        )
+        .await
+        .map(drop),
+        c.subset("canry").await.map(drop),
+        c.set_mirror(&MirrorSpec {
+            name: "m".into(),
+            subset: "canry".into(),
+            percentage: 5,
+            header: None,
+        })
+        .await
+        .map(drop),
+    ] {
+        let (status, message) = api(result.unwrap_err());
+        assert_eq!(status, 400);
+        assert!(message.contains("\"canry\""), "{message}");
+    }
+    let (status, message) = api(c.set_weights(101).await.unwrap_err());
+    assert_eq!(
+        (status, message.as_str()),
+        (400, "canary weight 101 is out of range 0..=100")
+    );
+    let (status, _) = api(c.remove_route("nope").await.unwrap_err());
+    assert_eq!(status, 404);
+    let (status, message) = api(c
+        .stats(
+            "canary",
+            &WindowQuery {
+                window: Some("2 minutes".into()),
+                ..WindowQuery::default()
+            },
+        )
+        .await
+        .unwrap_err());
+    assert_eq!(status, 400, "{message}");
+    // Fixed endpoints cannot be scaled.
+    let (status, message) = api(c.scale("canary", "1.0", 1).await.unwrap_err());
+    assert_eq!(status, 400);
+    assert!(message.contains("fixed endpoints"), "{message}");
+    let after = c.status().await.unwrap();
+    assert_eq!(after.weights, before.weights);
+    assert_eq!(after.routes, before.routes);
+    assert_eq!(after.mirrors, before.mirrors);
+
+    // A configuration naming an unknown subset is refused and the running one kept.
+    let good = setup.agent.config();
+    let bad_text = format!(
+        "{}routes:\n  - {{name: r, subset: canry, cookie: {{name: canary, value: \"yes\"}}}}\n",
+        config_text(setup.stable.local_addr(), setup.canary.local_addr(), 10)
+    );
+    let err = AgentConfig::parse(&bad_text, "bad.yaml").unwrap_err();
+    assert_eq!(err.field, "routes[0].subset");
+    assert!(err.to_string().starts_with("bad.yaml:11:"), "{err}");
+    assert!(
+        err.to_string().contains("unknown subset \"canry\""),
+        "{err}"
+    );
+    let mut moved = good.clone();
+    moved.router.listen = "127.0.0.1:1".parse().unwrap();
+    let err = setup.agent.apply(moved).unwrap_err();
+    assert!(
+        err.to_string().contains("listen addresses cannot change"),
+        "{err}"
+    );
+    let mut dropped = good.clone();
+    dropped.subsets.remove("canary");
+    assert!(setup.agent.apply(dropped).is_err());
+    assert_eq!(setup.agent.config(), good);
+    let err = setup.agent.reload().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not started from a configuration file")
+    );
+
+    // An unreachable upstream: 502 naming the endpoint and the subset; the other subset serves.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut unreachable = good.clone();
+    unreachable.subsets.get_mut("canary").unwrap().endpoints = vec![closed];
+    setup.agent.apply(unreachable).unwrap();
+    c.set_weights(100).await.unwrap();
+    let http = http1();
+    let url = format!("{}/x", setup.router);
+    let (status, _, body) = get(&http, &url, &[]).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains(&closed.to_string()) && body.contains("\"canary\""),
+        "{body}"
+    );
+    // No ready endpoint: 503 naming the subset.
+    let mut empty = good.clone();
+    empty.subsets.get_mut("canary").unwrap().endpoints = Vec::new();
+    setup.agent.apply(empty).unwrap();
+    let (status, _, body) = get(&http, &url, &[]).await;
+    assert_eq!(status, 503);
+    assert_eq!(body.trim(), "no ready endpoint in subset \"canary\"");
+    c.set_weights(0).await.unwrap();
+    assert_eq!(get(&http, &url, &[]).await.0, 200);
+
+    // A port in use: a clear error naming the address.
+    let mut clash = good.clone();
+    clash.router.listen = setup.agent.router_addr();
+    let err = Agent::start(clash, None).await.unwrap_err();
+    assert!(
+        matches!(err, AgentError::Listen { what: "router", .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&setup.agent.router_addr().to_string())
+            && text.contains("another process holds this port"),
+        "{text}"
+    );
+    // The 5xx answers above are in the statistics and on /metrics.
+    let metrics = c.metrics().await.unwrap();
+    assert!(
+        metrics.contains("http_requests_total{cluster=\"test\",subset=\"canary\",code=\"502\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("http_requests_total{cluster=\"test\",subset=\"canary\",code=\"503\"} 1"),
+        "{metrics}"
+    );
+    setup.stop().await;
+}

@@ -1,0 +1,541 @@
+//! Deterministic fleet simulation: the real fleet, rollout and analysis engines on virtual time
+//! against synthetic traffic, aggregated per time bucket (never per request), so that large
+//! fleets stay cheap. `builtin` metrics read the synthetic traffic, so templates run unchanged.
+
+mod traffic;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::analysis::{MetricResult, Millis, Outcome};
+use crate::fleet::{
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetMachine,
+    FleetPhase, FleetPlan, Revisions,
+};
+use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights};
+use crate::spec::analysis::{AnalysisTemplate, BuiltinStatistic, TrafficSubset};
+use crate::spec::fleet::{Fleet, FleetRollout};
+use crate::spec::rollout::Rollout;
+pub use crate::spec::scenario::*;
+
+pub use traffic::{Bucket, Rng};
+
+/// Everything a simulation needs, as found in the scenario file.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The Fleet.
+    pub fleet: Fleet,
+    /// The FleetRollout.
+    pub fleet_rollout: FleetRollout,
+    /// The Rollout (the new revision).
+    pub rollout: Rollout,
+    /// The analysis templates.
+    pub templates: Vec<AnalysisTemplate>,
+}
+
+/// The report of one simulation run (JSON output of `flotilla simulate`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// `Completed`, `Halted`, `Aborted`, or `Incomplete` when the simulated time ran out first.
+    pub outcome: String,
+    /// Why.
+    pub message: String,
+    /// The waves.
+    pub waves: Vec<WaveReport>,
+    /// The clusters.
+    pub clusters: Vec<ClusterReport>,
+}
+
+/// One wave of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveReport {
+    /// 1-based.
+    pub index: usize,
+    /// Its clusters.
+    pub clusters: Vec<String>,
+    /// Seconds of virtual time, or null.
+    pub started_at: Option<f64>,
+    /// Seconds of virtual time, or null.
+    pub completed_at: Option<f64>,
+}
+
+/// One cluster of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterReport {
+    /// The cluster.
+    pub name: String,
+    /// 1-based wave.
+    pub wave: usize,
+    /// `Promoted`, `RolledBack`, `Paused`, `Held`, `NotStarted` or `Skipped`.
+    pub outcome: String,
+    /// When it started the new version (s), or null.
+    pub started_at: Option<f64>,
+    /// When it was decided (s), or null.
+    pub decided_at: Option<f64>,
+    /// Why.
+    pub reason: String,
+    /// The failing metric, if any.
+    pub failure: Option<FailureReport>,
+    /// The new version's requests that failed or missed the latency objective.
+    pub bad_requests: u64,
+}
+
+/// A failure of a [`ClusterReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailureReport {
+    /// The metric.
+    pub metric: String,
+    /// Its value.
+    pub value: String,
+    /// The verdict's message.
+    pub message: String,
+}
+
+/// Why a simulation could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SimulationError(pub String);
+
+fn seconds(ms: Option<Millis>) -> Option<f64> {
+    ms.map(|m| m as f64 / 1000.0)
+}
+
+struct World {
+    replicas: BTreeMap<RevisionNumber, i32>,
+    weights: Weights,
+    stable_revision: Option<RevisionNumber>,
+    new_revisions: Vec<RevisionNumber>,
+    buckets: traffic::Series,
+    bad_requests: f64,
+}
+
+/// Runs one simulation with a seed.
+pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
+    let spec = &inputs.scenario.spec;
+    let plan = FleetPlan::resolve(&inputs.fleet, &inputs.fleet_rollout, &inputs.templates)
+        .map_err(|e| SimulationError(e.0))?;
+    let mut previous = inputs.rollout.clone();
+    let container = previous
+        .spec
+        .template
+        .as_mut()
+        .and_then(|t| t.spec.as_mut())
+        .and_then(|s| s.containers.first_mut())
+        .ok_or_else(|| SimulationError("the Rollout has no container".into()))?;
+    container.image = Some(spec.previous_image.clone());
+    let next = inputs.rollout.clone();
+    let revisions = Revisions {
+        previous: &previous,
+        next: &next,
+    };
+    let new_hash = crate::rollout::template_hash(&next);
+    let tick = spec
+        .tick
+        .as_ref()
+        .and_then(|d| d.as_millis())
+        .unwrap_or(10_000)
+        .max(1000) as Millis;
+    let duration = spec
+        .duration
+        .as_ref()
+        .and_then(|d| d.as_millis())
+        .unwrap_or(12 * 3_600_000) as Millis;
+    let profiles: BTreeMap<String, &ScenarioCluster> =
+        spec.clusters.iter().map(|c| (c.name.clone(), c)).collect();
+    for name in plan.clusters.keys() {
+        if !profiles.contains_key(name) {
+            return Err(SimulationError(format!(
+                "the scenario gives no traffic for cluster {name:?}"
+            )));
+        }
+    }
+    // The longest window any builtin metric reads bounds the traffic history kept.
+    let window = inputs
+        .templates
+        .iter()
+        .flat_map(|t| t.spec.metrics.iter())
+        .filter_map(|m| m.provider.builtin.as_ref())
+        .map(|b| b.resolved().3)
+        .max()
+        .unwrap_or(120_000) as Millis;
+    let keep = (window / tick + 2) as usize;
+    let mut machine = FleetMachine::new(plan.clone(), &revisions, None);
+    let mut worlds: BTreeMap<String, World> = plan
+        .clusters
+        .keys()
+        .map(|name| {
+            (
+                name.clone(),
+                World {
+                    replicas: BTreeMap::new(),
+                    weights: Weights {
+                        canary: 0,
+                        stable: 100,
+                    },
+                    stable_revision: None,
+                    new_revisions: Vec::new(),
+                    buckets: traffic::Series::new(keep),
+                    bad_requests: 0.0,
+                },
+            )
+        })
+        .collect();
+    let mut rngs: BTreeMap<String, Rng> = plan
+        .clusters
+        .keys()
+        .enumerate()
+        .map(|(i, name)| {
+            (
+                name.clone(),
+                Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1)),
+            )
+        })
+        .collect();
+    let fault_active = |cluster: &ScenarioCluster, kind: FaultKind, now: Millis| {
+        cluster.faults.iter().any(|f| {
+            f.kind == kind
+                && now >= f.from.as_millis().unwrap_or(0) as Millis
+                && now < f.to.as_millis().unwrap_or(0) as Millis
+        })
+    };
+    let mut pending: Vec<ClusterMeasurement> = Vec::new();
+    let mut now: Millis = 0;
+    loop {
+        // Answer last tick's measurements from the traffic seen since.
+        let outcomes: Vec<ClusterOutcome> = std::mem::take(&mut pending)
+            .into_iter()
+            .map(|m| {
+                let profile = profiles[&m.cluster];
+                let outcome = if fault_active(profile, FaultKind::MetricsOutage, now) {
+                    Outcome::Error(format!(
+                        "metrics provider of {} unreachable (simulated outage)",
+                        m.cluster
+                    ))
+                } else if let Some(builtin) = &m.request.provider.builtin {
+                    let (statistic, quantile, subset, window, min_requests) = builtin.resolved();
+                    let buckets = &worlds[&m.cluster].buckets;
+                    let value = buckets.read(
+                        statistic,
+                        quantile,
+                        subset == TrafficSubset::Canary,
+                        now - window as Millis,
+                        now,
+                        min_requests,
+                    );
+                    Outcome::Value {
+                        result: value.map_or(MetricResult::Nil, |v| MetricResult::Vector(vec![v])),
+                        metadata: BTreeMap::new(),
+                    }
+                } else {
+                    Outcome::Error("the simulator runs only builtin metrics".into())
+                };
+                ClusterOutcome {
+                    cluster: m.cluster,
+                    run: m.run,
+                    metric_index: m.request.metric_index,
+                    outcome,
+                }
+            })
+            .collect();
+        let observations: BTreeMap<String, ClusterObservation> = worlds
+            .iter()
+            .map(|(name, world)| {
+                let replicas = world
+                    .replicas
+                    .iter()
+                    .map(|(r, n)| {
+                        (
+                            *r,
+                            ReplicaCounts {
+                                replicas: *n,
+                                ready: *n,
+                                available: *n,
+                            },
+                        )
+                    })
+                    .collect();
+                let reachable = !fault_active(profiles[name], FaultKind::Unreachable, now);
+                (
+                    name.clone(),
+                    ClusterObservation {
+                        reachable,
+                        observed: Observed {
+                            replicas,
+                            weights: Some(world.weights),
+                            analysis: BTreeMap::new(),
+                        },
+                    },
+                )
+            })
+            .collect();
+        let output = machine.tick(&revisions, &observations, outcomes, &[], now);
+        for (cluster, action) in output.actions {
+            if !observations[&cluster].reachable {
+                continue;
+            }
+            let world = worlds.get_mut(&cluster).expect("known cluster");
+            match action {
+                Action::Scale {
+                    revision,
+                    hash,
+                    replicas,
+                } => {
+                    world.replicas.insert(revision, replicas);
+                    if hash == new_hash && !world.new_revisions.contains(&revision) {
+                        world.new_revisions.push(revision);
+                    }
+                }
+                Action::SetWeight { canary, stable } => world.weights = Weights { canary, stable },
+                Action::MarkStable { revision } => world.stable_revision = Some(revision),
+                _ => {}
+            }
+        }
+        pending = output.measurements;
+        // Traffic for the next bucket.
+        for (name, world) in worlds.iter_mut() {
+            let profile = profiles[name];
+            let rng = rngs.get_mut(name).expect("known cluster");
+            let canary_profile = profile.canary.unwrap_or(profile.stable);
+            let stable_is_new = world
+                .stable_revision
+                .is_some_and(|s| world.new_revisions.contains(&s));
+            let canary_share = f64::from(world.weights.canary)
+                / f64::from((world.weights.canary + world.weights.stable).max(1));
+            let total = profile.requests_per_second * tick as f64 / 1000.0;
+            let objective = profile.latency_objective.or(spec.latency_objective);
+            let noise = profile.noise.unwrap_or(0.05);
+            let (stable_behaviour, canary_behaviour) = if stable_is_new {
+                (canary_profile, canary_profile)
+            } else {
+                (profile.stable, canary_profile)
+            };
+            let stable_bucket =
+                Bucket::generate(total * (1.0 - canary_share), &stable_behaviour, noise, rng);
+            let canary_bucket =
+                Bucket::generate(total * canary_share, &canary_behaviour, noise, rng);
+            // Bad requests of the new version: wherever it serves traffic.
+            let new_buckets: Vec<&Bucket> = if stable_is_new {
+                vec![&stable_bucket, &canary_bucket]
+            } else {
+                vec![&canary_bucket]
+            };
+            for bucket in new_buckets {
+                world.bad_requests += bucket.bad_requests(objective);
+            }
+            world.buckets.push(now, stable_bucket, canary_bucket);
+        }
+        // Done when the fleet reached a final phase and nothing is still moving toward it (a
+        // rolled-back cluster's traffic is back on its stable; paused clusters stay as they are).
+        let finished = matches!(
+            machine.state.phase,
+            FleetPhase::Completed | FleetPhase::Halted | FleetPhase::Aborted
+        ) && machine
+            .state
+            .clusters
+            .values()
+            .all(|c| c.status != ClusterStatus::Progressing)
+            && machine.state.clusters.iter().all(|(name, c)| {
+                c.status != ClusterStatus::RolledBack || worlds[name].weights.canary == 0
+            });
+        if finished || now >= duration {
+            break;
+        }
+        now += tick;
+    }
+    let state = &machine.state;
+    let outcome = match state.phase {
+        FleetPhase::Completed => "Completed",
+        FleetPhase::Halted => "Halted",
+        FleetPhase::Aborted => "Aborted",
+        _ => "Incomplete",
+    };
+    let waves = plan
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(i, clusters)| WaveReport {
+            index: i + 1,
+            clusters: clusters.clone(),
+            started_at: seconds(state.wave_started_at[i]),
+            completed_at: seconds(state.wave_completed_at[i]),
+        })
+        .collect();
+    let clusters = plan
+        .waves
+        .iter()
+        .enumerate()
+        .flat_map(|(i, members)| members.iter().map(move |c| (i, c)))
+        .map(|(wave, name)| {
+            let cluster = &state.clusters[name];
+            let outcome = match cluster.status {
+                ClusterStatus::Validated => "Promoted",
+                ClusterStatus::RolledBack => "RolledBack",
+                ClusterStatus::Paused | ClusterStatus::Progressing => "Paused",
+                ClusterStatus::Held => "Held",
+                ClusterStatus::NotStarted => "NotStarted",
+                ClusterStatus::Skipped => "Skipped",
+            };
+            ClusterReport {
+                name: name.clone(),
+                wave: wave + 1,
+                outcome: outcome.into(),
+                started_at: seconds(cluster.started_at),
+                decided_at: seconds(cluster.decided_at),
+                reason: cluster.reason.clone(),
+                failure: cluster.failure.as_ref().map(|f| FailureReport {
+                    metric: f.metric.clone(),
+                    value: f.value.clone(),
+                    message: f.message.clone(),
+                }),
+                bad_requests: worlds[name].bad_requests.round() as u64,
+            }
+        })
+        .collect();
+    Ok(Report {
+        outcome: outcome.into(),
+        message: if outcome == "Incomplete" {
+            format!("the simulated time ({} s) ran out first", duration / 1000)
+        } else {
+            state.message.clone()
+        },
+        waves,
+        clusters,
+    })
+}
+
+/// Aggregates of repeated runs over consecutive seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Aggregate {
+    /// How many runs.
+    pub runs: u64,
+    /// The first seed.
+    pub seed: u64,
+    /// Fleet outcomes and how often.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Per cluster: outcomes and how often.
+    pub clusters: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Mean bad requests of the new version per run.
+    pub mean_bad_requests: f64,
+}
+
+/// Runs `runs` simulations over consecutive seeds from `seed`.
+pub fn run_many(inputs: &Inputs, seed: u64, runs: u64) -> Result<Aggregate, SimulationError> {
+    let mut aggregate = Aggregate {
+        runs,
+        seed,
+        outcomes: BTreeMap::new(),
+        clusters: BTreeMap::new(),
+        mean_bad_requests: 0.0,
+    };
+    let mut bad = 0u64;
+    for i in 0..runs {
+        let report = run(inputs, seed + i)?;
+        *aggregate
+            .outcomes
+            .entry(report.outcome.clone())
+            .or_default() += 1;
+        for cluster in &report.clusters {
+            *aggregate
+                .clusters
+                .entry(cluster.name.clone())
+                .or_default()
+                .entry(cluster.outcome.clone())
+                .or_default() += 1;
+            bad += cluster.bad_requests;
+        }
+    }
+    aggregate.mean_bad_requests = if runs == 0 {
+        0.0
+    } else {
+        bad as f64 / runs as f64
+    };
+    Ok(aggregate)
+}
+
+impl Inputs {
+    /// Picks the scenario's inputs from loaded manifests.
+    pub fn from_manifests(
+        manifests: &[crate::manifest::LoadedManifest],
+    ) -> Result<Inputs, SimulationError> {
+        use crate::spec::Manifest;
+        let mut scenarios = Vec::new();
+        let mut fleets = Vec::new();
+        let mut fleet_rollouts = Vec::new();
+        let mut rollouts = Vec::new();
+        let mut templates = Vec::new();
+        for loaded in manifests {
+            match &loaded.manifest {
+                Manifest::Scenario(s) => scenarios.push(s.as_ref().clone()),
+                Manifest::Fleet(f) => fleets.push(f.as_ref().clone()),
+                Manifest::FleetRollout(f) => fleet_rollouts.push(f.as_ref().clone()),
+                Manifest::Rollout(r) => rollouts.push(r.as_ref().clone()),
+                Manifest::AnalysisTemplate(t) | Manifest::ClusterAnalysisTemplate(t) => {
+                    templates.push(t.as_ref().clone())
+                }
+                _ => {}
+            }
+        }
+        let scenario = match scenarios.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Err(SimulationError(
+                    "the file holds no `kind: Scenario` document".into(),
+                ));
+            }
+            _ => {
+                return Err(SimulationError(
+                    "the file holds more than one Scenario".into(),
+                ));
+            }
+        };
+        let fleet_rollout = match &scenario.spec.fleet_rollout {
+            Some(name) => fleet_rollouts
+                .iter()
+                .find(|f| f.metadata.name.as_deref() == Some(name))
+                .cloned()
+                .ok_or_else(|| SimulationError(format!("no FleetRollout named {name:?}")))?,
+            None => match fleet_rollouts.as_slice() {
+                [one] => one.clone(),
+                _ => return Err(SimulationError(
+                    "name the FleetRollout with spec.fleetRollout (the file holds none or several)"
+                        .into(),
+                )),
+            },
+        };
+        let fleet = fleets
+            .iter()
+            .find(|f| f.metadata.name.as_deref() == Some(fleet_rollout.spec.fleet.as_str()))
+            .cloned()
+            .ok_or_else(|| {
+                SimulationError(format!("no Fleet named {:?}", fleet_rollout.spec.fleet))
+            })?;
+        let rollout = rollouts
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(fleet_rollout.spec.rollout.as_str()))
+            .cloned()
+            .ok_or_else(|| {
+                SimulationError(format!("no Rollout named {:?}", fleet_rollout.spec.rollout))
+            })?;
+        Ok(Inputs {
+            scenario,
+            fleet,
+            fleet_rollout,
+            rollout,
+            templates,
+        })
+    }
+}
+
+/// Whether a statistic reads latency (for docs and lint).
+pub fn is_latency(statistic: BuiltinStatistic) -> bool {
+    statistic == BuiltinStatistic::Latency
+}
+
+#[cfg(test)]
+mod tests;

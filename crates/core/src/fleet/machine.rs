@@ -308,11 +308,21 @@ impl FleetMachine {
         self.handle_commands(commands);
         // Measurement outcomes into their runs.
         for outcome in outcomes {
-            let Some(plan) = self
-                .run_plans
-                .get(&(outcome.cluster.clone(), outcome.run))
-                .cloned()
+            // The plan is derived again when the machine was restored from persisted state.
+            let Some(on_new_spec) = self
+                .state
+                .clusters
+                .get(&outcome.cluster)
+                .map(|c| c.on_new_spec)
             else {
+                continue;
+            };
+            let spec = if on_new_spec {
+                revisions.next
+            } else {
+                revisions.previous
+            };
+            let Some(plan) = self.run_plan(spec, &outcome.cluster, outcome.run).cloned() else {
                 continue;
             };
             if let Some(run) = self

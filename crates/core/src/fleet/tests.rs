@@ -531,3 +531,184 @@ fn the_fleet_state_serializes_and_resumes_to_the_same_outputs() {
     b.run_until(3_600_000);
     assert_eq!(a.machine.state, b.machine.state);
 }
+
+// === Property tests ===
+
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct FleetCase {
+    waves: Vec<u32>,
+    regressed: Vec<bool>,
+    unreachable: Option<usize>,
+    commands: Vec<(u16, u8)>,
+    cut: usize,
+}
+
+fn fleet_case() -> impl Strategy<Value = FleetCase> {
+    (
+        prop::collection::vec(1u32..4, 4),
+        prop::collection::vec(prop::bool::weighted(0.3), 4),
+        proptest::option::of(0usize..4),
+        prop::collection::vec((1u16..400, 0u8..5), 0..6),
+        0usize..300,
+    )
+        .prop_map(|(waves, regressed, unreachable, commands, cut)| FleetCase {
+            waves,
+            regressed,
+            unreachable,
+            commands,
+            cut,
+        })
+}
+
+fn command_of(code: u8, cluster: &str) -> FleetCommand {
+    match code {
+        0 => FleetCommand::Pause,
+        1 => FleetCommand::Resume,
+        2 => FleetCommand::Promote { wave: None },
+        3 => FleetCommand::Abort {
+            cluster: Some(cluster.to_owned()),
+        },
+        _ => FleetCommand::Resume,
+    }
+}
+
+fn case_sim(case: &FleetCase) -> Sim {
+    let list: Vec<Value> = CLUSTERS
+        .iter()
+        .zip(&case.waves)
+        .map(|(c, w)| json!({"cluster": c, "wave": w}))
+        .collect();
+    let truth = Truth {
+        regressed: CLUSTERS
+            .iter()
+            .zip(&case.regressed)
+            .filter(|(_, r)| **r)
+            .map(|(c, _)| *c)
+            .collect(),
+        unreachable: case.unreachable.map(|i| CLUSTERS[i]).into_iter().collect(),
+        ..Truth::healthy()
+    };
+    Sim::new(
+        fleet_rollout(
+            json!({"waves": {"list": list}, "bakeTime": "30s", "failurePolicy": {"unreachable": {"timeout": "2m"}}}),
+        ),
+        GUARDED,
+        truth,
+    )
+}
+
+/// Runs a case, checking the invariants at every tick; returns the final state.
+fn run_case(case: &FleetCase, checks: bool) -> FleetState {
+    let mut sim = case_sim(case);
+    let mut validated_at: BTreeMap<String, i64> = BTreeMap::new();
+    let mut commands = case.commands.clone();
+    commands.sort();
+    for tick in 0..500u16 {
+        sim.now += 5_000;
+        let due: Vec<FleetCommand> = commands
+            .iter()
+            .filter(|(t, _)| *t == tick)
+            .map(|(t, c)| command_of(*c, CLUSTERS[*t as usize % 4]))
+            .collect();
+        let replicas_before = sim.replicas.clone();
+        sim.step(&due);
+        if !checks {
+            continue;
+        }
+        let state = &sim.machine.state;
+        let new_hash = sim.new_hash();
+        for (name, cluster) in &state.clusters {
+            if cluster.status == ClusterStatus::Validated {
+                validated_at.entry(name.clone()).or_insert(sim.now);
+            }
+            // A validated cluster is never rolled back under the default scope.
+            if validated_at.contains_key(name) {
+                assert_ne!(
+                    cluster.status,
+                    ClusterStatus::RolledBack,
+                    "{name} validated then rolled back: {case:?}"
+                );
+            }
+            // A rejected (cluster, revision) is never redeployed: its new revision never scales up again.
+            if state
+                .rejections
+                .contains(&(name.clone(), state.revision.clone()))
+            {
+                let engine = &cluster.rollout;
+                for revision in engine.revisions.iter().filter(|r| r.hash == new_hash) {
+                    let before = replicas_before
+                        .get(name)
+                        .and_then(|m| m.get(&revision.number))
+                        .copied()
+                        .unwrap_or(0);
+                    let after = sim
+                        .replicas
+                        .get(name)
+                        .and_then(|m| m.get(&revision.number))
+                        .copied()
+                        .unwrap_or(0);
+                    assert!(
+                        after <= before,
+                        "{name} redeployed after rejection: {case:?}"
+                    );
+                }
+            }
+        }
+        // No cluster of a later wave gets the new revision before every cluster of the earlier
+        // waves is validated on it.
+        for (time, cluster, hash) in &sim.deployed {
+            if *hash != new_hash {
+                continue;
+            }
+            let wave = sim.machine.plan.wave_of(cluster).unwrap();
+            for earlier in sim.machine.plan.waves[..wave].iter().flatten() {
+                let ok = validated_at.get(earlier).is_some_and(|v| v <= time);
+                assert!(
+                    ok,
+                    "{cluster} (wave {}) got the new version at {time} before {earlier} was validated: {case:?}",
+                    wave + 1
+                );
+            }
+        }
+    }
+    sim.machine.state.clone()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn fleet_invariants_hold_over_random_layouts_outcomes_and_commands(case in fleet_case()) {
+        run_case(&case, true);
+    }
+
+    #[test]
+    fn fleet_state_resumes_to_the_same_outputs(case in fleet_case()) {
+        let mut a = case_sim(&case);
+        let mut b = case_sim(&case);
+        let mut commands = case.commands.clone();
+        commands.sort();
+        for tick in 0..400u16 {
+            a.now += 5_000;
+            b.now += 5_000;
+            let due: Vec<FleetCommand> = commands.iter().filter(|(t, _)| *t == tick).map(|(t, c)| command_of(*c, CLUSTERS[*t as usize % 4])).collect();
+            if usize::from(tick) == case.cut {
+                // b restarts from a's persisted state.
+                let saved = serde_json::to_string(&a.machine.state).unwrap();
+                let restored: FleetState = serde_json::from_str(&saved).unwrap();
+                b.machine = FleetMachine::new(a.machine.plan.clone(), &Revisions { previous: &a.previous, next: &a.next }, Some(restored));
+                b.replicas = a.replicas.clone();
+                b.weights = a.weights.clone();
+                b.pending = a.pending.clone();
+            }
+            a.step(&due);
+            b.step(&due);
+            if usize::from(tick) >= case.cut {
+                prop_assert_eq!(&a.machine.state, &b.machine.state);
+            }
+        }
+        let _ = run_case(&case, false);
+    }
+}

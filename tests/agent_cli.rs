@@ -147,9 +147,21 @@ impl Running {
     /// SIGTERM, then wait (bounded) for a clean exit, then check every child is gone.
     fn stop(mut self) {
         signal(self.child.id(), "TERM");
+        let seen = std::mem::take(&mut self.seen);
         let status = wait_bounded(&mut self.child, Duration::from_secs(60));
         assert!(status.success(), "the agent exited with {status}");
-        assert_all_gone(&self.seen);
+        assert_all_gone(&seen);
+    }
+}
+
+impl Drop for Running {
+    /// A test that failed half-way still takes its agent (and, through the parent-death
+    /// signal, the agent's children) with it.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

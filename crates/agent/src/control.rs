@@ -439,10 +439,13 @@ async fn stats(
             "quantile must be between 0 and 1, not {q}"
         )));
     }
+    // The end of the current second: a window ending "now" must include the bucket that holds
+    // this second's requests, also when the second starts a new 10-second bucket.
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
-        .as_secs();
+        .as_secs()
+        + 1;
     let (start, end) = query.resolve(now)?;
     let stats = shared
         .stats

@@ -86,6 +86,10 @@ pub struct ClusterState {
     pub unreachable_since: Option<Millis>,
     /// Commands queued for its rollout engine.
     pub pending: Vec<Command>,
+    /// The pod-template hash the cluster runs while not on the new spec, when a supersede left
+    /// it on something other than the revision's `previous` spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 /// The fleet machine's state: serializable, restored as is.
@@ -194,6 +198,7 @@ pub struct FleetMachine {
     pub state: FleetState,
     run_plans: BTreeMap<(String, RunKey), RunPlan>,
     hashes: (String, String),
+    known: BTreeMap<String, std::sync::Arc<Rollout>>,
 }
 
 impl FleetMachine {
@@ -223,6 +228,7 @@ impl FleetMachine {
             plan,
             state,
             run_plans: BTreeMap::new(),
+            known: BTreeMap::new(),
         }
     }
 
@@ -238,10 +244,23 @@ impl FleetMachine {
     /// A new fleet revision arrives mid-rollout: in-flight canaries of the old one return to
     /// their stable, promoted clusters keep it as their stable, and the new revision starts at
     /// wave 1. Rejections of the old revision stay recorded; none applies to the new one.
-    pub fn supersede(&mut self, revisions: &Revisions<'_>) {
+    ///
+    /// `old` are the specs of the revision being superseded: every cluster keeps running what its
+    /// rollout has as stable (the old previous or the old next spec) until its wave starts.
+    pub fn supersede(&mut self, old: &Revisions<'_>, revisions: &Revisions<'_>) {
         let revision = fleet_revision(revisions.next);
         if revision == self.state.revision {
             return;
+        }
+        self.remember(old.previous);
+        self.remember(old.next);
+        for cluster in self.state.clusters.values_mut() {
+            let stable_hash = cluster
+                .rollout
+                .stable
+                .and_then(|s| cluster.rollout.revision(s))
+                .map(|r| r.hash.clone());
+            cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h));
         }
         for cluster in self.state.clusters.values_mut() {
             if cluster.status == ClusterStatus::Progressing
@@ -269,6 +288,30 @@ impl FleetMachine {
         self.state.wave_started_at = vec![None; self.plan.waves.len()];
         self.state.wave_completed_at = vec![None; self.plan.waves.len()];
         self.state.bake_started_at = None;
+    }
+
+    /// Makes a spec available as a baseline (a restored machine is told the specs its clusters'
+    /// baselines name).
+    pub fn remember(&mut self, rollout: &Rollout) {
+        self.known.insert(
+            rollout::template_hash(rollout),
+            std::sync::Arc::new(rollout.clone()),
+        );
+    }
+
+    /// The spec a cluster runs now, and its template hash.
+    fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, String) {
+        let cluster = &self.state.clusters[name];
+        if cluster.on_new_spec {
+            return (SpecRef::Borrowed(revisions.next), self.hashes.1.clone());
+        }
+        if let Some(spec) = cluster.baseline.as_ref().and_then(|h| self.known.get(h)) {
+            return (
+                SpecRef::Shared(spec.clone()),
+                cluster.baseline.clone().unwrap_or_default(),
+            );
+        }
+        (SpecRef::Borrowed(revisions.previous), self.hashes.0.clone())
     }
 
     fn halt(&mut self, message: String) {
@@ -309,19 +352,11 @@ impl FleetMachine {
         // Measurement outcomes into their runs.
         for outcome in outcomes {
             // The plan is derived again when the machine was restored from persisted state.
-            let Some(on_new_spec) = self
-                .state
-                .clusters
-                .get(&outcome.cluster)
-                .map(|c| c.on_new_spec)
-            else {
+            if !self.state.clusters.contains_key(&outcome.cluster) {
                 continue;
-            };
-            let spec = if on_new_spec {
-                revisions.next
-            } else {
-                revisions.previous
-            };
+            }
+            let (spec_ref, _) = self.spec_for(&outcome.cluster, revisions);
+            let spec: &Rollout = &spec_ref;
             let Some(plan) = self.run_plan(spec, &outcome.cluster, outcome.run).cloned() else {
                 continue;
             };
@@ -483,14 +518,8 @@ impl FleetMachine {
         now: Millis,
         output: &mut FleetOutput,
     ) {
-        let (spec, hash) = {
-            let cluster = &self.state.clusters[name];
-            if cluster.on_new_spec {
-                (revisions.next, self.hashes.1.clone())
-            } else {
-                (revisions.previous, self.hashes.0.clone())
-            }
-        };
+        let (spec_ref, hash) = self.spec_for(name, revisions);
+        let spec: &Rollout = &spec_ref;
         // Reachability: an unreachable cluster is retried, never validated, and past its
         // timeout halts the fleet or is skipped.
         if !observation.reachable {
@@ -849,5 +878,22 @@ mod runs_as_pairs {
         Ok(Vec::<(RunKey, Run)>::deserialize(deserializer)?
             .into_iter()
             .collect())
+    }
+}
+
+/// A spec borrowed from the caller or shared from the machine's baselines.
+enum SpecRef<'r> {
+    Borrowed(&'r Rollout),
+    Shared(std::sync::Arc<Rollout>),
+}
+
+impl std::ops::Deref for SpecRef<'_> {
+    type Target = Rollout;
+
+    fn deref(&self) -> &Rollout {
+        match self {
+            SpecRef::Borrowed(r) => r,
+            SpecRef::Shared(r) => r,
+        }
     }
 }

@@ -712,3 +712,68 @@ proptest! {
         let _ = run_case(&case, false);
     }
 }
+
+#[test]
+fn a_new_revision_supersedes_the_one_in_flight() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    // Wave 1 validated and wave 2 in flight.
+    while sim.machine.state.clusters["prod-eu-west"].status != ClusterStatus::Progressing {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    for _ in 0..4 {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    assert!(
+        sim.weights["prod-eu-west"].canary > 0,
+        "prod-eu-west mid-canary"
+    );
+    let promoted_hash = sim.new_hash();
+    // 1.9.1 arrives.
+    let newer = rollout("payment-api:1.9.1");
+    let old_previous = sim.previous.clone();
+    let old_next = sim.next.clone();
+    sim.previous = old_next.clone();
+    sim.next = newer;
+    let revisions = Revisions {
+        previous: &sim.previous,
+        next: &sim.next,
+    };
+    sim.machine.supersede(
+        &Revisions {
+            previous: &old_previous,
+            next: &old_next,
+        },
+        &revisions,
+    );
+    assert_eq!(
+        sim.machine.state.wave, 0,
+        "the new revision starts from wave 1"
+    );
+    sim.run_until(sim.now + 3_600_000);
+    assert_eq!(
+        sim.machine.state.phase,
+        FleetPhase::Completed,
+        "{}",
+        sim.machine.state.message
+    );
+    for cluster in CLUSTERS {
+        assert!(sim.stable_is_new(cluster), "{cluster} ends on 1.9.1");
+    }
+    // prod-eu-west's in-flight 1.9.0 canary went back to its stable before 1.9.1 reached it.
+    let eu_west = &sim.machine.state.clusters["prod-eu-west"].rollout;
+    assert!(
+        eu_west.revisions.iter().any(|r| r.hash == promoted_hash),
+        "it had 1.9.0 in flight"
+    );
+    // Clusters that never ran 1.9.0 never get it after the supersede.
+    for cluster in ["prod-us-east", "prod-ap-south"] {
+        assert!(
+            !sim.deployed
+                .iter()
+                .any(|(_, c, h)| c == cluster && *h == promoted_hash),
+            "{cluster} got the superseded 1.9.0"
+        );
+    }
+}

@@ -116,6 +116,16 @@ struct World {
 
 /// Runs one simulation with a seed.
 pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
+    run_observed(inputs, seed, |_| {})
+}
+
+/// [`run`], calling `observe` with the virtual time after every tick (benchmarks time ticks
+/// with it; the core itself reads no clock).
+pub fn run_observed(
+    inputs: &Inputs,
+    seed: u64,
+    mut observe: impl FnMut(Millis),
+) -> Result<Report, SimulationError> {
     let spec = &inputs.scenario.spec;
     let plan = FleetPlan::resolve(&inputs.fleet, &inputs.fleet_rollout, &inputs.templates)
         .map_err(|e| SimulationError(e.0))?;
@@ -342,6 +352,7 @@ pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
             && machine.state.clusters.iter().all(|(name, c)| {
                 c.status != ClusterStatus::RolledBack || worlds[name].weights.canary == 0
             });
+        observe(now);
         if finished || now >= duration {
             break;
         }

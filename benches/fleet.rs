@@ -1,0 +1,141 @@
+//! Fleet simulation at scale: 10 services rolled out at once across 10,000 clusters each
+//! (100,000 cluster-rollouts), through a full rollout on virtual time. Reports wall time, peak
+//! memory (VmHWM) and the cost of one decision tick of one 10,000-cluster fleet.
+//! Run with `cargo bench --bench fleet`.
+
+use std::time::Instant;
+
+use flotilla_core::manifest::load_bytes;
+use flotilla_core::simulate::{Inputs, run_observed};
+
+const CLUSTERS: usize = 10_000;
+const SERVICES: usize = 10;
+
+fn scenario(service: usize) -> String {
+    let mut fleet = String::from("apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  clusters:\n");
+    let mut traffic = String::new();
+    for i in 0..CLUSTERS {
+        // Waves: 10 canary clusters, then 990, then the other 9,000.
+        let tier = if i < 10 { "canary" } else if i < 1_000 { "early" } else { "main" };
+        fleet.push_str(&format!("    - {{name: c{i}, region: r{}, labels: {{tier: {tier}}}}}\n", i % 7));
+        traffic.push_str(&format!("    - {{name: c{i}, requestsPerSecond: 5, stable: {{errorRate: 0.002, latency: {{p50: 0.05, p95: 0.12}}}}}}\n"));
+    }
+    format!(
+        r#"{fleet}---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {{name: svc{service}}}
+spec:
+  fleet: fleet
+  rollout: svc{service}
+  bakeTime: 1m
+  waves:
+    steps:
+      - matchLabels: {{tier: canary}}
+      - matchLabels: {{tier: early}}
+      - matchLabels: {{tier: main}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {{name: svc{service}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: svc}}}}
+  template:
+    metadata: {{labels: {{app: svc}}}}
+    spec: {{containers: [{{name: app, image: "svc{service}:2"}}]}}
+  strategy:
+    canary:
+      trafficRouting: {{plugins: {{flotilla/agent: {{}}}}}}
+      analysis: {{templates: [{{templateName: error-rate}}]}}
+      steps: [{{setWeight: 20}}, {{pause: {{duration: 1m}}}}, {{setWeight: 60}}, {{pause: {{duration: 1m}}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: error-rate}}
+spec:
+  metrics:
+    - name: error-rate
+      interval: 30s
+      successCondition: len(result) > 0 && result[0] < 0.01
+      provider: {{builtin: {{metric: error-rate, window: 1m, minRequests: 5}}}}
+---
+apiVersion: flotilla.dev/v1alpha1
+kind: Scenario
+metadata: {{name: scale}}
+spec:
+  previousImage: "svc{service}:1"
+  duration: 6h
+  tick: 10s
+  clusters:
+{traffic}"#
+    )
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()))
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        // `cargo test --benches` and `cargo bench -- --list` probe bench binaries: nothing to list.
+        return;
+    }
+    let started = Instant::now();
+    let inputs: Vec<Inputs> = (0..SERVICES)
+        .map(|service| {
+            let text = scenario(service);
+            let load = load_bytes("scale.yaml", text.as_bytes());
+            assert!(load.diagnostics.iter().all(|d| d.severity != flotilla_core::diagnostic::Severity::Error), "{:?}", load.diagnostics.first());
+            Inputs::from_manifests(&load.manifests).unwrap()
+        })
+        .collect();
+    let loaded = started.elapsed();
+    eprintln!("loaded {SERVICES} scenarios of {CLUSTERS} clusters in {loaded:?}; peak RSS so far {:.0} MiB", peak_rss_mib());
+    // One fleet alone, for the cost of a tick without contention.
+    let mut solo = Vec::new();
+    let mut last = Instant::now();
+    let report = run_observed(&inputs[0], 1, |_| {
+        let now = Instant::now();
+        solo.push(now.duration_since(last).as_secs_f64() * 1000.0);
+        last = now;
+    })
+    .unwrap();
+    solo.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let solo_pct = |p: f64| solo[((solo.len() - 1) as f64 * p) as usize];
+    println!("one {CLUSTERS}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms", report.outcome, solo.len(), solo_pct(0.5), solo_pct(0.9), solo_pct(1.0));
+    // All services at once, one thread each (so every fleet's state is alive together).
+    let run_started = Instant::now();
+    let results: Vec<(String, Vec<f64>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = inputs
+            .iter()
+            .map(|inputs| {
+                scope.spawn(move || {
+                    let mut ticks = Vec::new();
+                    let mut last = Instant::now();
+                    let report = run_observed(inputs, 1, |_| {
+                        let now = Instant::now();
+                        ticks.push(now.duration_since(last).as_secs_f64() * 1000.0);
+                        last = now;
+                    })
+                    .unwrap();
+                    (report.outcome, ticks)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let wall = run_started.elapsed();
+    let mut ticks: Vec<f64> = results.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+    ticks.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |p: f64| ticks[((ticks.len() - 1) as f64 * p) as usize];
+    let outcomes: Vec<&str> = results.iter().map(|(o, _)| o.as_str()).collect();
+    println!("fleet simulation: {SERVICES} services x {CLUSTERS} clusters = {} cluster-rollouts", SERVICES * CLUSTERS);
+    println!("  outcomes: {outcomes:?}");
+    println!("  wall time (all services, 2 threads' worth of cores): {:.1} s", wall.as_secs_f64());
+    println!("  peak memory (VmHWM): {:.0} MiB", peak_rss_mib());
+    println!("  one tick of one {CLUSTERS}-cluster fleet (decide + synthetic traffic), ms: p50 {:.1}, p90 {:.1}, max {:.1} ({} ticks, measured while {SERVICES} fleets share the cores)", pct(0.5), pct(0.9), pct(1.0), ticks.len());
+}

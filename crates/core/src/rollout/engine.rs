@@ -37,6 +37,13 @@ pub fn template_hash(rollout: &Rollout) -> String {
     out
 }
 
+/// A 64-bit FNV-1a fingerprint of a pod-template hash.
+fn fingerprint(hash: &str) -> u64 {
+    hash.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The number of replicas for a share of the total, rounded up as Argo rounds canary counts.
 fn ceil_share(total: i32, percent: i32, max: i32) -> i32 {
     if max <= 0 {
@@ -170,7 +177,8 @@ fn react_to_run(ctx: &mut Ctx<'_>, state: &mut RolloutState, run: RunKey, label:
     if state.overridden_runs.contains(&run) {
         return true;
     }
-    let Some(report) = ctx.observed.analysis.get(&run).cloned() else {
+    let observed = ctx.observed;
+    let Some(report) = observed.analysis.get(&run) else {
         return false;
     };
     match report.phase {
@@ -214,10 +222,15 @@ fn react_to_run(ctx: &mut Ctx<'_>, state: &mut RolloutState, run: RunKey, label:
 
 /// Registers the current template's revision, handling a new template the way Argo does.
 fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
+    let current_fp = fingerprint(ctx.hash);
+    if state.current.is_some() && state.current_fingerprint == current_fp {
+        return;
+    }
     if state
         .current
         .is_some_and(|c| state.revision(c).is_some_and(|r| r.hash == ctx.hash))
     {
+        state.current_fingerprint = current_fp;
         return;
     }
     let hash = ctx.hash.to_owned();
@@ -240,6 +253,7 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
     let Some(stable) = stable else {
         // First deployment: nothing to canary against.
         state.current = Some(number);
+        state.current_fingerprint = fingerprint(ctx.hash);
         state.stable = Some(number);
         state.step_index = Some(ctx.rollout.steps().len() as u32);
         let replicas = ctx.replicas();
@@ -282,6 +296,7 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
         // A rollback to the stable template: skip the steps.
         state.revisions.pop();
         state.current = Some(stable);
+        state.current_fingerprint = fingerprint(ctx.hash);
         state.step_index = Some(ctx.rollout.steps().len() as u32);
         if ctx
             .rollout
@@ -303,6 +318,7 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
         return;
     }
     state.current = Some(number);
+    state.current_fingerprint = fingerprint(ctx.hash);
     state.step_index = Some(0);
     // rollbackWindow: returning to one of the last N revisions skips steps and analysis.
     let window = ctx
@@ -506,12 +522,16 @@ pub fn reconcile_with_hash(
     handle_commands(&mut ctx, state, commands);
     observe_template(&mut ctx, state);
     // Scale-downs whose delay has passed.
-    let due: Vec<RevisionNumber> = state
-        .scale_down_at
-        .iter()
-        .filter(|(_, at)| **at <= now)
-        .map(|(r, _)| *r)
-        .collect();
+    let due: Vec<RevisionNumber> = if state.scale_down_at.is_empty() {
+        Vec::new()
+    } else {
+        state
+            .scale_down_at
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(r, _)| *r)
+            .collect()
+    };
     for revision in due {
         state.scale_down_at.remove(&revision);
         scale(&mut ctx, state, revision, 0);
@@ -565,34 +585,74 @@ fn compute_phase(ctx: &Ctx<'_>, state: &mut RolloutState) {
                 .is_none_or(|c| c.replicas == *n)
                 || Some(*r) == state.current
         });
-    let (phase, message) = if state.abort {
-        (Phase::Degraded, abort_message(state))
+    // The message is rebuilt only when what it says changes: most reconciles change nothing.
+    enum Says {
+        Aborted,
+        Deadline,
+        Manual,
+        Condition(PauseReason),
+        Healthy,
+        Updating,
+        Waiting,
+    }
+    let (phase, says) = if state.abort {
+        (Phase::Degraded, Says::Aborted)
     } else if state.deadline_exceeded {
-        (
-            Phase::Degraded,
-            format!(
-                "ProgressDeadlineExceeded: revision {} has timed out progressing",
-                state.current.unwrap_or(0)
-            ),
-        )
+        (Phase::Degraded, Says::Deadline)
     } else if state.paused {
-        (Phase::Paused, "manually paused".into())
+        (Phase::Paused, Says::Manual)
     } else if let Some(condition) = state.pause_conditions.first() {
-        (Phase::Paused, format!("{:?}", condition.reason))
+        (Phase::Paused, Says::Condition(condition.reason))
     } else if settled {
-        (Phase::Healthy, String::new())
+        (Phase::Healthy, Says::Healthy)
+    } else if state.current != state.stable {
+        (Phase::Progressing, Says::Updating)
     } else {
-        (
-            Phase::Progressing,
-            if state.current != state.stable {
-                format!("updating to revision {}", state.current.unwrap_or(0))
-            } else {
-                "waiting for replicas".into()
-            },
-        )
+        (Phase::Progressing, Says::Waiting)
     };
+    let revision = state.current.unwrap_or(0);
+    let same = state.phase == phase
+        && match &says {
+            Says::Aborted => state.message == abort_message(state),
+            Says::Deadline => {
+                state.message.starts_with("ProgressDeadlineExceeded")
+                    && state.message.contains(&format!("revision {revision} "))
+            }
+            Says::Manual => state.message == "manually paused",
+            Says::Condition(reason) => state.message == pause_reason_name(*reason),
+            Says::Healthy => state.message.is_empty(),
+            Says::Updating => {
+                state
+                    .message
+                    .strip_prefix("updating to revision ")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    == Some(revision)
+            }
+            Says::Waiting => state.message == "waiting for replicas",
+        };
+    if same {
+        return;
+    }
     state.phase = phase;
-    state.message = message;
+    state.message = match says {
+        Says::Aborted => abort_message(state),
+        Says::Deadline => {
+            format!("ProgressDeadlineExceeded: revision {revision} has timed out progressing")
+        }
+        Says::Manual => "manually paused".into(),
+        Says::Condition(reason) => pause_reason_name(reason).into(),
+        Says::Healthy => String::new(),
+        Says::Updating => format!("updating to revision {revision}"),
+        Says::Waiting => "waiting for replicas".into(),
+    };
+}
+
+fn pause_reason_name(reason: PauseReason) -> &'static str {
+    match reason {
+        PauseReason::CanaryPauseStep => "CanaryPauseStep",
+        PauseReason::BlueGreenPause => "BlueGreenPause",
+        PauseReason::InconclusiveAnalysisRun => "InconclusiveAnalysisRun",
+    }
 }
 
 /// The canary's replica targets for a weight: (canary, stable).

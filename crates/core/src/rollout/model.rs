@@ -266,6 +266,10 @@ pub struct PauseCondition {
 pub struct RolloutState {
     /// Known revisions, oldest first (bounded by revisionHistoryLimit + the live ones).
     pub revisions: Vec<Revision>,
+    /// A fingerprint of the current revision's pod-template hash: the common "template
+    /// unchanged" check compares this number instead of walking the revision history.
+    #[serde(default)]
+    pub current_fingerprint: u64,
     /// The stable revision.
     pub stable: Option<RevisionNumber>,
     /// The revision of the current pod template.

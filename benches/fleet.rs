@@ -12,13 +12,24 @@ const CLUSTERS: usize = 10_000;
 const SERVICES: usize = 10;
 
 fn scenario(service: usize) -> String {
-    let mut fleet = String::from("apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  clusters:\n");
+    let mut fleet = String::from(
+        "apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  clusters:\n",
+    );
     let mut traffic = String::new();
     for i in 0..CLUSTERS {
         // Waves: 10 canary clusters, then 990, then the other 9,000.
-        let tier = if i < 10 { "canary" } else if i < 1_000 { "early" } else { "main" };
-        fleet.push_str(&format!("    - {{name: c{i}, region: r{}, labels: {{tier: {tier}}}}}\n", i % 7));
-        traffic.push_str(&format!("    - {{name: c{i}, requestsPerSecond: 5, stable: {{errorRate: 0.002, latency: {{p50: 0.05, p95: 0.12}}}}}}\n"));
+        let tier = if i < 10 {
+            "canary"
+        } else if i < 1_000 {
+            "early"
+        } else {
+            "main"
+        };
+        fleet.push_str(&format!(
+            "    - {{name: c{i}, region: r{}, labels: {{tier: {tier}}}}}\n",
+            i % 7
+        ));
+        traffic.push_str(&format!("    - {{name: c{i}, requestsPerSecond: 50, stable: {{errorRate: 0.002, latency: {{p50: 0.05, p95: 0.12}}}}}}\n"));
     }
     format!(
         r#"{fleet}---
@@ -57,8 +68,9 @@ spec:
   metrics:
     - name: error-rate
       interval: 30s
-      successCondition: len(result) > 0 && result[0] < 0.01
-      provider: {{builtin: {{metric: error-rate, window: 1m, minRequests: 5}}}}
+      failureLimit: 1
+      successCondition: len(result) > 0 && result[0] < 0.02
+      provider: {{builtin: {{metric: error-rate, window: 1m, minRequests: 100}}}}
 ---
 apiVersion: flotilla.dev/v1alpha1
 kind: Scenario
@@ -75,7 +87,12 @@ spec:
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
@@ -89,12 +106,21 @@ fn main() {
         .map(|service| {
             let text = scenario(service);
             let load = load_bytes("scale.yaml", text.as_bytes());
-            assert!(load.diagnostics.iter().all(|d| d.severity != flotilla_core::diagnostic::Severity::Error), "{:?}", load.diagnostics.first());
+            assert!(
+                load.diagnostics
+                    .iter()
+                    .all(|d| d.severity != flotilla_core::diagnostic::Severity::Error),
+                "{:?}",
+                load.diagnostics.first()
+            );
             Inputs::from_manifests(&load.manifests).unwrap()
         })
         .collect();
     let loaded = started.elapsed();
-    eprintln!("loaded {SERVICES} scenarios of {CLUSTERS} clusters in {loaded:?}; peak RSS so far {:.0} MiB", peak_rss_mib());
+    eprintln!(
+        "loaded {SERVICES} scenarios of {CLUSTERS} clusters in {loaded:?}; peak RSS so far {:.0} MiB",
+        peak_rss_mib()
+    );
     // One fleet alone, for the cost of a tick without contention.
     let mut solo = Vec::new();
     let mut last = Instant::now();
@@ -106,7 +132,14 @@ fn main() {
     .unwrap();
     solo.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let solo_pct = |p: f64| solo[((solo.len() - 1) as f64 * p) as usize];
-    println!("one {CLUSTERS}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms", report.outcome, solo.len(), solo_pct(0.5), solo_pct(0.9), solo_pct(1.0));
+    println!(
+        "one {CLUSTERS}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        report.outcome,
+        solo.len(),
+        solo_pct(0.5),
+        solo_pct(0.9),
+        solo_pct(1.0)
+    );
     // All services at once, one thread each (so every fleet's state is alive together).
     let run_started = Instant::now();
     let results: Vec<(String, Vec<f64>)> = std::thread::scope(|scope| {
@@ -129,13 +162,28 @@ fn main() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let wall = run_started.elapsed();
-    let mut ticks: Vec<f64> = results.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+    let mut ticks: Vec<f64> = results
+        .iter()
+        .flat_map(|(_, t)| t.iter().copied())
+        .collect();
     ticks.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let pct = |p: f64| ticks[((ticks.len() - 1) as f64 * p) as usize];
     let outcomes: Vec<&str> = results.iter().map(|(o, _)| o.as_str()).collect();
-    println!("fleet simulation: {SERVICES} services x {CLUSTERS} clusters = {} cluster-rollouts", SERVICES * CLUSTERS);
+    println!(
+        "fleet simulation: {SERVICES} services x {CLUSTERS} clusters = {} cluster-rollouts",
+        SERVICES * CLUSTERS
+    );
     println!("  outcomes: {outcomes:?}");
-    println!("  wall time (all services, 2 threads' worth of cores): {:.1} s", wall.as_secs_f64());
+    println!(
+        "  wall time (all services, 2 threads' worth of cores): {:.1} s",
+        wall.as_secs_f64()
+    );
     println!("  peak memory (VmHWM): {:.0} MiB", peak_rss_mib());
-    println!("  one tick of one {CLUSTERS}-cluster fleet (decide + synthetic traffic), ms: p50 {:.1}, p90 {:.1}, max {:.1} ({} ticks, measured while {SERVICES} fleets share the cores)", pct(0.5), pct(0.9), pct(1.0), ticks.len());
+    println!(
+        "  one tick of one {CLUSTERS}-cluster fleet (decide + synthetic traffic), ms: p50 {:.1}, p90 {:.1}, max {:.1} ({} ticks, measured while {SERVICES} fleets share the cores)",
+        pct(0.5),
+        pct(0.9),
+        pct(1.0),
+        ticks.len()
+    );
 }

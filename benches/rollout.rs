@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use flotilla_core::rollout::{Observed, ReplicaCounts, RolloutState, Weights, reconcile, reconcile_with_hash, template_hash};
+use flotilla_core::rollout::{
+    Observed, ReplicaCounts, RolloutState, Weights, reconcile, reconcile_with_hash, template_hash,
+};
 use flotilla_core::spec::rollout::Rollout;
 
 fn rollout(image: &str) -> Rollout {
@@ -30,13 +32,39 @@ fn bench_tick(c: &mut Criterion) {
     let stable = rollout("svc:1.0");
     let canary = rollout("svc:2.0");
     let settled = Observed {
-        replicas: [(1, ReplicaCounts { replicas: 4, ready: 4, available: 4 })].into_iter().collect(),
-        weights: Some(Weights { canary: 0, stable: 100 }),
+        replicas: [(
+            1,
+            ReplicaCounts {
+                replicas: 4,
+                ready: 4,
+                available: 4,
+            },
+        )]
+        .into_iter()
+        .collect(),
+        weights: Some(Weights {
+            canary: 0,
+            stable: 100,
+        }),
         analysis: BTreeMap::new(),
     };
     // 100,000 rollouts mid-canary: deployed, updated, at their first pause.
-    let mut mid = Observed { replicas: settled.replicas.clone(), weights: Some(Weights { canary: 5, stable: 95 }), analysis: BTreeMap::new() };
-    mid.replicas.insert(2, ReplicaCounts { replicas: 1, ready: 1, available: 1 });
+    let mut mid = Observed {
+        replicas: settled.replicas.clone(),
+        weights: Some(Weights {
+            canary: 5,
+            stable: 95,
+        }),
+        analysis: BTreeMap::new(),
+    };
+    mid.replicas.insert(
+        2,
+        ReplicaCounts {
+            replicas: 1,
+            ready: 1,
+            available: 1,
+        },
+    );
     let states: Vec<RolloutState> = (0..100_000)
         .map(|_| {
             let mut state = RolloutState::default();
@@ -50,7 +78,9 @@ fn bench_tick(c: &mut Criterion) {
     let hash = template_hash(&canary);
     let bytes = serde_json::to_vec(&states[0]).unwrap().len();
     let in_memory = std::mem::size_of::<RolloutState>();
-    eprintln!("per-rollout state: {bytes} bytes serialized, {in_memory} bytes inline (plus heap for its maps)");
+    eprintln!(
+        "per-rollout state: {bytes} bytes serialized, {in_memory} bytes inline (plus heap for its maps)"
+    );
     let mut group = c.benchmark_group("rollout");
     group.sample_size(10);
     group.throughput(Throughput::Elements(states.len() as u64));

@@ -13,7 +13,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             // A closed pipe (`flotilla … | head`) is not a failure.
-            if error.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+            if error.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("flotilla: {error:#}");

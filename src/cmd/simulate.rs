@@ -32,16 +32,21 @@ enum Output {
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    let (manifests, diagnostics) = match flotilla_runtime::files::load_files(std::slice::from_ref(&args.scenario)) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            eprintln!("flotilla simulate: {error}");
-            return Ok(ExitCode::from(2));
-        }
-    };
+    let (manifests, diagnostics) =
+        match flotilla_runtime::files::load_files(std::slice::from_ref(&args.scenario)) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                eprintln!("flotilla simulate: {error}");
+                return Ok(ExitCode::from(2));
+            }
+        };
     let mut diagnostics = diagnostics;
     diagnostics.extend(flotilla_core::lint::lint(&manifests, Default::default()));
-    let errors: Vec<String> = diagnostics.iter().filter(|d| d.severity == Severity::Error).map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.to_string())
+        .collect();
     if !errors.is_empty() {
         eprintln!("{}", errors.join("\n"));
         return Ok(ExitCode::from(2));
@@ -65,11 +70,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         match args.output {
             Output::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&aggregate)?)?,
             Output::Text => {
-                writeln!(stdout, "{} runs from seed {}: {:?}", aggregate.runs, aggregate.seed, aggregate.outcomes)?;
+                writeln!(
+                    stdout,
+                    "{} runs from seed {}: {:?}",
+                    aggregate.runs, aggregate.seed, aggregate.outcomes
+                )?;
                 for (cluster, outcomes) in &aggregate.clusters {
                     writeln!(stdout, "  {cluster:<16} {outcomes:?}")?;
                 }
-                writeln!(stdout, "mean bad requests of the new version per run: {:.1}", aggregate.mean_bad_requests)?;
+                writeln!(
+                    stdout,
+                    "mean bad requests of the new version per run: {:.1}",
+                    aggregate.mean_bad_requests
+                )?;
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -84,15 +97,45 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?,
         Output::Text => {
-            writeln!(stdout, "outcome: {}{}", report.outcome, if report.message.is_empty() { String::new() } else { format!(" — {}", report.message) })?;
+            writeln!(
+                stdout,
+                "outcome: {}{}",
+                report.outcome,
+                if report.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — {}", report.message)
+                }
+            )?;
             let at = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.0}s"));
             for wave in &report.waves {
-                writeln!(stdout, "wave {}: {} (started {}, completed {})", wave.index, wave.clusters.join(", "), at(wave.started_at), at(wave.completed_at))?;
+                writeln!(
+                    stdout,
+                    "wave {}: {} (started {}, completed {})",
+                    wave.index,
+                    wave.clusters.join(", "),
+                    at(wave.started_at),
+                    at(wave.completed_at)
+                )?;
             }
             for c in &report.clusters {
-                writeln!(stdout, "  {:<16} wave {}  {:<10} started {:>6}  decided {:>6}  bad requests {:>6}  {}", c.name, c.wave, c.outcome, at(c.started_at), at(c.decided_at), c.bad_requests, c.reason)?;
+                writeln!(
+                    stdout,
+                    "  {:<16} wave {}  {:<10} started {:>6}  decided {:>6}  bad requests {:>6}  {}",
+                    c.name,
+                    c.wave,
+                    c.outcome,
+                    at(c.started_at),
+                    at(c.decided_at),
+                    c.bad_requests,
+                    c.reason
+                )?;
                 if let Some(f) = &c.failure {
-                    writeln!(stdout, "  {:<16} failing metric {} = {} ({})", "", f.metric, f.value, f.message)?;
+                    writeln!(
+                        stdout,
+                        "  {:<16} failing metric {} = {} ({})",
+                        "", f.metric, f.value, f.message
+                    )?;
                 }
             }
         }

@@ -196,7 +196,7 @@ pub struct FleetMachine {
     pub plan: FleetPlan,
     /// The state.
     pub state: FleetState,
-    run_plans: BTreeMap<(String, RunKey), RunPlan>,
+    run_plans: BTreeMap<(String, RunKey), std::sync::Arc<RunPlan>>,
     hashes: (String, String),
     known: BTreeMap<String, std::sync::Arc<Rollout>>,
 }
@@ -232,13 +232,19 @@ impl FleetMachine {
         }
     }
 
-    fn run_plan(&mut self, rollout: &Rollout, cluster: &str, run: RunKey) -> Option<&RunPlan> {
+    fn run_plan(
+        &mut self,
+        rollout: &Rollout,
+        cluster: &str,
+        run: RunKey,
+    ) -> Option<std::sync::Arc<RunPlan>> {
         let key = (cluster.to_owned(), run);
-        if !self.run_plans.contains_key(&key) {
-            let plan = self.plan.run_plan(rollout, cluster, run).ok()?;
-            self.run_plans.insert(key.clone(), plan);
+        if let Some(plan) = self.run_plans.get(&key) {
+            return Some(plan.clone());
         }
-        self.run_plans.get(&key)
+        let plan = std::sync::Arc::new(self.plan.run_plan(rollout, cluster, run).ok()?);
+        self.run_plans.insert(key, plan.clone());
+        Some(plan)
     }
 
     /// A new fleet revision arrives mid-rollout: in-flight canaries of the old one return to
@@ -357,7 +363,7 @@ impl FleetMachine {
             }
             let (spec_ref, _) = self.spec_for(&outcome.cluster, revisions);
             let spec: &Rollout = &spec_ref;
-            let Some(plan) = self.run_plan(spec, &outcome.cluster, outcome.run).cloned() else {
+            let Some(plan) = self.run_plan(spec, &outcome.cluster, outcome.run) else {
                 continue;
             };
             if let Some(run) = self
@@ -371,8 +377,11 @@ impl FleetMachine {
         }
         let names: Vec<String> = self.state.clusters.keys().cloned().collect();
         for name in names {
-            let observation = observations.get(&name).cloned().unwrap_or_default();
-            self.tick_cluster(&name, revisions, &observation, now, &mut output);
+            static UNREPORTED: std::sync::OnceLock<ClusterObservation> = std::sync::OnceLock::new();
+            let observation = observations
+                .get(&name)
+                .unwrap_or_else(|| UNREPORTED.get_or_init(ClusterObservation::default));
+            self.tick_cluster(&name, revisions, observation, now, &mut output);
         }
         self.gate(now);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
@@ -555,7 +564,7 @@ impl FleetMachine {
         let mut observed = observation.observed.clone();
         let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
         for key in cluster_runs {
-            let Some(plan) = self.run_plan(spec, name, key).cloned() else {
+            let Some(plan) = self.run_plan(spec, name, key) else {
                 continue;
             };
             let run = &self.state.clusters[name].runs[&key];
@@ -584,7 +593,7 @@ impl FleetMachine {
             match action {
                 Action::StartAnalysis { run } => starts.push(*run),
                 Action::TerminateAnalysis { run } => {
-                    let plan = self.run_plan(spec, name, *run).cloned();
+                    let plan = self.run_plan(spec, name, *run);
                     if let (Some(plan), Some(state)) = (
                         plan,
                         self.state
@@ -604,7 +613,7 @@ impl FleetMachine {
             output.actions.push((name.to_owned(), action.clone()));
         }
         for run in starts {
-            let plan = self.run_plan(spec, name, run).cloned();
+            let plan = self.run_plan(spec, name, run);
             let state = match &plan {
                 Some(plan) => Run::new(plan, now),
                 None => {
@@ -621,7 +630,7 @@ impl FleetMachine {
         // Advance the runs: due measurements become requests.
         let keys: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
         for key in keys {
-            let Some(plan) = self.run_plan(spec, name, key).cloned() else {
+            let Some(plan) = self.run_plan(spec, name, key) else {
                 continue;
             };
             let run = self
@@ -742,7 +751,7 @@ impl FleetMachine {
         let mut missing = String::new();
         let keys: Vec<RunKey> = cluster.runs.keys().copied().collect();
         for key in keys {
-            let plan = self.run_plan(spec, name, key).cloned();
+            let plan = self.run_plan(spec, name, key);
             let cluster = &self.state.clusters[name];
             let run = &cluster.runs[&key];
             let ok = run.phase == AnalysisPhase::Successful

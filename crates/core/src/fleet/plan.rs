@@ -56,6 +56,8 @@ pub struct FleetPlan {
     pub policy: Policy,
     /// The analysis templates, by name.
     pub templates: BTreeMap<String, AnalysisTemplateSpec>,
+    /// Each cluster's wave (0-based), for O(log n) lookups in large fleets.
+    pub wave_index: BTreeMap<String, usize>,
 }
 
 /// Why a fleet rollout cannot be planned.
@@ -133,7 +135,13 @@ impl FleetPlan {
             .clone()
             .unwrap_or_default();
         let unreachable = policy.unreachable.clone().unwrap_or_default();
+        let wave_index = waves
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| w.iter().map(move |c| (c.clone(), i)))
+            .collect();
         Ok(FleetPlan {
+            wave_index,
             name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
             waves,
             max_update,
@@ -164,9 +172,7 @@ impl FleetPlan {
 
     /// The wave (0-based) a cluster belongs to.
     pub fn wave_of(&self, cluster: &str) -> Option<usize> {
-        self.waves
-            .iter()
-            .position(|w| w.iter().any(|c| c == cluster))
+        self.wave_index.get(cluster).copied()
     }
 
     /// The analysis plan for one run of one cluster: the referenced templates merged, with the

@@ -220,6 +220,37 @@ fn react_to_run(ctx: &mut Ctx<'_>, state: &mut RolloutState, run: RunKey, label:
     }
 }
 
+/// Where an analysis gate stands.
+enum Gate {
+    Passed,
+    Waiting,
+    Aborted,
+}
+
+/// Starts (once) the run of an analysis gate and reads its verdict.
+fn analysis_gate(
+    ctx: &mut Ctx<'_>,
+    state: &mut RolloutState,
+    revision: RevisionNumber,
+    slot: AnalysisSlot,
+    label: &str,
+) -> Gate {
+    let key = RunKey {
+        revision,
+        attempt: state.attempt,
+        slot,
+    };
+    start_run(ctx, state, key);
+    let passed = react_to_run(ctx, state, key, label);
+    if state.abort {
+        Gate::Aborted
+    } else if passed {
+        Gate::Passed
+    } else {
+        Gate::Waiting
+    }
+}
+
 /// Registers the current template's revision, handling a new template the way Argo does.
 fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
     let current_fp = fingerprint(ctx.hash);
@@ -841,17 +872,11 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
                 }
             }
         } else if step.analysis.is_some() {
-            let key = RunKey {
-                revision: current,
-                attempt: state.attempt,
-                slot: AnalysisSlot::Step(index),
-            };
-            start_run(ctx, state, key);
-            let passed = react_to_run(ctx, state, key, "Step-based");
-            if state.abort {
-                return reconcile_canary(ctx, state, canary);
+            match analysis_gate(ctx, state, current, AnalysisSlot::Step(index), "Step-based") {
+                Gate::Passed => true,
+                Gate::Waiting => false,
+                Gate::Aborted => return reconcile_canary(ctx, state, canary),
             }
-            passed
         } else if let Some(scale_step) = &step.set_canary_scale {
             state.canary_scale = Some((
                 scale_step.weight,
@@ -1109,18 +1134,16 @@ fn reconcile_blue_green(
     }
     if !state.switched && !state.promote_full {
         if blue_green.pre_promotion_analysis.is_some() {
-            let key = RunKey {
-                revision: current,
-                attempt: state.attempt,
-                slot: AnalysisSlot::PrePromotion,
-            };
-            start_run(ctx, state, key);
-            let passed = react_to_run(ctx, state, key, "Blue/green pre-promotion");
-            if state.abort {
-                return reconcile_blue_green(ctx, state, blue_green);
-            }
-            if !passed {
-                return;
+            match analysis_gate(
+                ctx,
+                state,
+                current,
+                AnalysisSlot::PrePromotion,
+                "Blue/green pre-promotion",
+            ) {
+                Gate::Passed => {}
+                Gate::Waiting => return,
+                Gate::Aborted => return reconcile_blue_green(ctx, state, blue_green),
             }
         }
         if !state.promotion_allowed {
@@ -1160,18 +1183,16 @@ fn reconcile_blue_green(
         );
     }
     if blue_green.post_promotion_analysis.is_some() && !state.promote_full {
-        let key = RunKey {
-            revision: current,
-            attempt: state.attempt,
-            slot: AnalysisSlot::PostPromotion,
-        };
-        start_run(ctx, state, key);
-        let passed = react_to_run(ctx, state, key, "Blue/green post-promotion");
-        if state.abort {
-            return reconcile_blue_green(ctx, state, blue_green);
-        }
-        if !passed {
-            return;
+        match analysis_gate(
+            ctx,
+            state,
+            current,
+            AnalysisSlot::PostPromotion,
+            "Blue/green post-promotion",
+        ) {
+            Gate::Passed => {}
+            Gate::Waiting => return,
+            Gate::Aborted => return reconcile_blue_green(ctx, state, blue_green),
         }
     }
     terminate_runs(ctx, state);

@@ -360,20 +360,13 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
         .and_then(|w| w.revisions)
         .unwrap_or(0)
         .max(0) as usize;
-    let earlier: Vec<&Revision> = state
-        .revisions
-        .iter()
-        .rev()
-        .skip(1)
-        .filter(|r| r.number != stable)
-        .collect();
     let within_window = window > 0
         && state
             .revisions
             .iter()
             .rev()
             .skip(1)
-            .take(window + 1)
+            .take(window)
             .any(|r| r.hash == hash && r.number != number);
     if within_window {
         state.promote_full = true;
@@ -384,7 +377,30 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
             format!("updated to revision {number} (stable {stable})"),
         );
     }
-    let _ = earlier;
+}
+
+/// After an abort, the new revision is scaled down `abortScaleDownDelaySeconds` (default 30)
+/// after the abort; with 0 it is kept (Argo: left for inspection).
+fn schedule_abort_scale_down(
+    ctx: &mut Ctx<'_>,
+    state: &mut RolloutState,
+    revision: RevisionNumber,
+    delay_seconds: Option<i32>,
+) {
+    let delay = delay_seconds.unwrap_or(DEFAULT_SCALE_DOWN_DELAY_SECONDS);
+    let running = state
+        .desired_replicas
+        .get(&revision)
+        .is_some_and(|n| *n > 0);
+    if delay <= 0 || !running || state.scale_down_at.contains_key(&revision) {
+        return;
+    }
+    let at = state.aborted_at.unwrap_or(ctx.now) + Millis::from(delay) * 1000;
+    if at <= ctx.now {
+        scale(ctx, state, revision, 0);
+    } else {
+        state.scale_down_at.insert(revision, at);
+    }
 }
 
 fn max_weight(canary: Option<&CanaryStrategy>) -> i32 {
@@ -753,20 +769,7 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
                 set_weight(ctx, state, 0, max);
                 scale(ctx, state, stable, total);
             }
-            let delay = canary
-                .abort_scale_down_delay_seconds
-                .unwrap_or(DEFAULT_SCALE_DOWN_DELAY_SECONDS);
-            if delay > 0
-                && state.desired_replicas.get(&current).is_some_and(|n| *n > 0)
-                && !state.scale_down_at.contains_key(&current)
-            {
-                let at = state.aborted_at.unwrap_or(ctx.now) + Millis::from(delay) * 1000;
-                if at <= ctx.now {
-                    scale(ctx, state, current, 0);
-                } else {
-                    state.scale_down_at.insert(current, at);
-                }
-            }
+            schedule_abort_scale_down(ctx, state, current, canary.abort_scale_down_delay_seconds);
         } else {
             scale(ctx, state, current, 0);
             scale(ctx, state, stable, total);
@@ -1087,20 +1090,12 @@ fn reconcile_blue_green(
                 format!("active service returned to stable revision {stable}"),
             );
         }
-        let delay = blue_green
-            .abort_scale_down_delay_seconds
-            .unwrap_or(DEFAULT_SCALE_DOWN_DELAY_SECONDS);
-        if delay > 0
-            && state.desired_replicas.get(&current).is_some_and(|n| *n > 0)
-            && !state.scale_down_at.contains_key(&current)
-        {
-            let at = state.aborted_at.unwrap_or(ctx.now) + Millis::from(delay) * 1000;
-            if at <= ctx.now {
-                scale(ctx, state, current, 0)
-            } else {
-                state.scale_down_at.insert(current, at);
-            }
-        }
+        schedule_abort_scale_down(
+            ctx,
+            state,
+            current,
+            blue_green.abort_scale_down_delay_seconds,
+        );
         state.waiting_since = None;
         return;
     }

@@ -8,9 +8,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::analysis::Outcome;
 use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
-use crate::analysis::{MetricResult, Outcome};
 use crate::spec::analysis::AnalysisPhase;
 use crate::spec::rollout::Rollout;
 
@@ -1334,5 +1334,4 @@ fn analysis_outcome_helpers_are_wired() {
         );
     }
     assert_eq!(run.assess(&plan, 0), AnalysisPhase::Failed);
-    let _ = MetricResult::Nil;
 }

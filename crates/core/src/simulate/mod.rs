@@ -14,7 +14,7 @@ use crate::fleet::{
     FleetPhase, FleetPlan, Revisions,
 };
 use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights};
-use crate::spec::analysis::{AnalysisTemplate, BuiltinStatistic, TrafficSubset};
+use crate::spec::analysis::{AnalysisTemplate, TrafficSubset};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 pub use crate::spec::scenario::*;
@@ -541,11 +541,6 @@ impl Inputs {
             templates,
         })
     }
-}
-
-/// Whether a statistic reads latency (for docs and lint).
-pub fn is_latency(statistic: BuiltinStatistic) -> bool {
-    statistic == BuiltinStatistic::Latency
 }
 
 #[cfg(test)]

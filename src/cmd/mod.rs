@@ -2,9 +2,13 @@
 
 mod agent;
 mod analysis;
+mod ctl;
+mod demo;
 mod demo_app;
 mod lint;
+mod serve;
 mod simulate;
+mod view;
 
 use std::process::ExitCode;
 
@@ -16,6 +20,8 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    server: ctl::Server,
 }
 
 #[derive(Debug, Subcommand)]
@@ -31,6 +37,12 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Run the demo service (version label, latency, errors, dependency calls from flags).
     DemoApp(demo_app::DemoAppArgs),
+    /// Run the controller daemon: drives the fleet rollouts of its manifests through the agents.
+    Serve(serve::ServeArgs),
+    /// Seed 000's story on this machine: four local clusters, three waves, live view, summary.
+    Demo(demo::DemoArgs),
+    #[command(flatten)]
+    Ctl(ctl::Verb),
 }
 
 /// Runs the chosen command and returns the process exit code.
@@ -41,5 +53,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate::run(args),
         Command::Agent(args) => agent::run(args),
         Command::DemoApp(args) => demo_app::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Ctl(verb) => ctl::run(verb, cli.server),
     }
 }

@@ -288,6 +288,53 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl ConfigError {
+    /// An error about `field`, located in the source.
+    pub fn at(file: &str, locations: &Locations, field: &str, message: impl Into<String>) -> Self {
+        let at = locations.find(field);
+        ConfigError {
+            file: file.to_owned(),
+            line: at.line,
+            column: at.column,
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses one YAML (or JSON) document into `T` with the core's loader, keeping where each field
+/// is; every error names the file, line, column and field path. `what` names the document in
+/// messages ("the agent configuration").
+pub fn parse_located<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file: &str,
+    what: &str,
+) -> Result<(T, Locations), ConfigError> {
+    let error = |line: u32, column: u32, message: String| ConfigError {
+        file: file.to_owned(),
+        line,
+        column,
+        field: String::new(),
+        message,
+    };
+    let mut documents = parse_documents(text, Budget::default())
+        .map_err(|e| error(e.location.line, e.location.column, e.message.clone()))?;
+    if documents.len() != 1 {
+        return Err(error(
+            0,
+            0,
+            format!("{what} must be exactly one YAML document, not {}", documents.len()),
+        ));
+    }
+    let document = documents.remove(0);
+    let value: T = serde_path_to_error::deserialize(document.value.clone()).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        ConfigError::at(file, &document.locations, &field, e.into_inner().to_string())
+    })?;
+    Ok((value, document.locations))
+}
+
 /// A problem found by validation, before locations are attached.
 struct Problem {
     field: String,
@@ -327,39 +374,10 @@ impl AgentConfig {
 
     /// Parses and validates configuration text; `file` only names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<AgentConfig, ConfigError> {
-        let error = |line: u32, column: u32, field: &str, message: String| ConfigError {
-            file: file.to_owned(),
-            line,
-            column,
-            field: field.to_owned(),
-            message,
-        };
-        let mut documents = parse_documents(text, Budget::default())
-            .map_err(|e| error(e.location.line, e.location.column, "", e.message.clone()))?;
-        if documents.len() != 1 {
-            return Err(error(
-                0,
-                0,
-                "",
-                format!(
-                    "the agent configuration must be exactly one YAML document, not {}",
-                    documents.len()
-                ),
-            ));
-        }
-        let document = documents.remove(0);
-        let locate = |locations: &Locations, field: &str, message: String| {
-            let at = locations.find(field);
-            error(at.line, at.column, field, message)
-        };
-        let config: AgentConfig = serde_path_to_error::deserialize(document.value.clone())
-            .map_err(|e| {
-                let field = e.path().to_string();
-                let field = if field == "." { String::new() } else { field };
-                locate(&document.locations, &field, e.into_inner().to_string())
-            })?;
+        let (config, locations): (AgentConfig, Locations) =
+            parse_located(text, file, "the agent configuration")?;
         if let Err(p) = config.validate() {
-            return Err(locate(&document.locations, &p.field, p.message));
+            return Err(ConfigError::at(file, &locations, &p.field, p.message));
         }
         Ok(config)
     }

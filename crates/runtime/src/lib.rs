@@ -2,4 +2,5 @@
 //! lint; later it wires the adapters (agents, metrics providers, git, store) to the core engines.
 
 pub mod analysis;
+pub mod controller;
 pub mod files;

@@ -279,6 +279,21 @@ impl Run {
         requests
     }
 
+    /// Forgets the measurements in flight (their answers will never come: the process that
+    /// asked is gone), so that they are due again at once. Used when resuming persisted state.
+    pub fn abandon_in_flight(&mut self) {
+        for metric in self.metrics.iter_mut().filter(|m| m.in_flight) {
+            metric.in_flight = false;
+            if metric
+                .measurements
+                .back()
+                .is_some_and(|m| m.phase == AnalysisPhase::Running)
+            {
+                metric.measurements.pop_back();
+            }
+        }
+    }
+
     /// Metrics whose in-flight measurement must be cancelled because the run is terminating.
     pub fn to_cancel(&self) -> Vec<usize> {
         if !self.is_terminating() {

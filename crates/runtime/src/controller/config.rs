@@ -1,0 +1,210 @@
+//! The daemon's own configuration file (`flotilla serve --config FILE`): only what is the
+//! daemon's — where it listens, where it keeps its state, where its manifests are, how often it
+//! ticks, and where notifications go. Cluster endpoints live in the Fleet, nowhere else.
+//!
+//! ```yaml
+//! listen: "127.0.0.1:7070"     # the API (loopback by default)
+//! store: state.redb            # relative paths are relative to this file
+//! tokenFile: token             # default: <store>.token, created 0600 at first start
+//! manifests: manifests/        # a directory or file of Fleet, FleetRollout, Rollout, templates
+//! tick: 1s                     # how often the engines run (default 1s)
+//! notifications:
+//!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use flotilla_agent::ConfigError;
+use flotilla_agent::config::parse_located;
+use flotilla_core::spec::common::parse_duration;
+use serde::{Deserialize, Serialize};
+
+/// The daemon's configuration, as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Where the API listens (default `127.0.0.1:7070`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The store file.
+    pub store: PathBuf,
+    /// The bearer token file (default: the store's path with `.token` appended).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The manifests: a directory or a file.
+    pub manifests: PathBuf,
+    /// How often the engines run (default `1s`).
+    #[serde(default)]
+    pub tick: Option<String>,
+    /// Webhook sinks.
+    #[serde(default)]
+    pub notifications: Vec<Sink>,
+}
+
+/// A webhook sink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Sink {
+    /// A name for logs and metrics.
+    pub name: String,
+    /// The URL (http or https).
+    pub url: String,
+    /// The body: `slack` (`{"text": …}`) or `generic` (the notification as JSON; default).
+    #[serde(default)]
+    pub format: SinkFormat,
+    /// Only these events (default: all).
+    #[serde(default)]
+    pub events: Vec<String>,
+}
+
+/// A webhook body format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SinkFormat {
+    /// The notification as JSON.
+    #[default]
+    Generic,
+    /// Slack's incoming-webhook body.
+    Slack,
+}
+
+/// The events a sink can subscribe to.
+pub const EVENTS: &[&str] = &[
+    "rollout-aborted",
+    "analysis-failed",
+    "wave-completed",
+    "fleet-completed",
+    "fleet-halted",
+    "fleet-aborted",
+];
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7070))
+}
+
+/// The configuration with paths resolved and durations parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// The store file.
+    pub store: PathBuf,
+    /// The token file.
+    pub token_file: PathBuf,
+    /// The manifests.
+    pub manifests: PathBuf,
+    /// The tick, in milliseconds.
+    pub tick_ms: u64,
+    /// Webhook sinks.
+    pub notifications: Vec<Sink>,
+}
+
+impl DaemonConfig {
+    /// Reads, validates and resolves a configuration file.
+    pub fn load(path: &Path) -> Result<Resolved, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            field: String::new(),
+            message: format!("cannot read the daemon configuration: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        DaemonConfig::parse(&text, &file, base)
+    }
+
+    /// Parses and validates configuration text; relative paths are resolved against `base`.
+    pub fn parse(text: &str, file: &str, base: &Path) -> Result<Resolved, ConfigError> {
+        let (config, locations): (DaemonConfig, _) =
+            parse_located(text, file, "the daemon configuration")?;
+        let fail = |field: &str, message: String| ConfigError::at(file, &locations, field, message);
+        let tick_ms = match &config.tick {
+            None => 1000,
+            Some(text) => {
+                let ms = parse_duration(text).map_err(|e| fail("tick", e.to_string()))?;
+                if !(100..=60_000).contains(&ms) {
+                    return Err(fail("tick", format!("{text} is outside 100ms..60s")));
+                }
+                ms
+            }
+        };
+        for (i, sink) in config.notifications.iter().enumerate() {
+            let url = url_ok(&sink.url);
+            if let Err(message) = url {
+                return Err(fail(&format!("notifications[{i}].url"), message));
+            }
+            for (j, event) in sink.events.iter().enumerate() {
+                if !EVENTS.contains(&event.as_str()) {
+                    return Err(fail(
+                        &format!("notifications[{i}].events[{j}]"),
+                        format!("unknown event {event:?}; the events are {}", EVENTS.join(", ")),
+                    ));
+                }
+            }
+        }
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let store = resolve(&config.store);
+        let token_file = config.token_file.as_deref().map(resolve).unwrap_or_else(|| {
+            let mut name = store.clone().into_os_string();
+            name.push(".token");
+            PathBuf::from(name)
+        });
+        Ok(Resolved {
+            listen: config.listen,
+            store,
+            token_file,
+            manifests: resolve(&config.manifests),
+            tick_ms,
+            notifications: config.notifications,
+        })
+    }
+}
+
+fn url_ok(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?} is not an http or https URL"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_file_line_and_field() {
+        let text = "store: s.redb\nmanifests: m\nnotifications:\n  - name: ops\n    url: ftp://x\n";
+        let error = DaemonConfig::parse(text, "serve.yaml", Path::new("/etc")).unwrap_err();
+        assert_eq!(error.field, "notifications[0].url");
+        assert_eq!(error.line, 5);
+        assert!(error.to_string().starts_with("serve.yaml:5:"), "{error}");
+        let error = DaemonConfig::parse("store: s\nmanifests: m\ntick: 5ms\n", "f", Path::new("/"))
+            .unwrap_err();
+        assert_eq!(error.field, "tick");
+        let error = DaemonConfig::parse("store: s\nmanifest: m\n", "f", Path::new("/")).unwrap_err();
+        assert!(error.message.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn paths_resolve_against_the_file() {
+        let resolved =
+            DaemonConfig::parse("store: s.redb\nmanifests: m\n", "f", Path::new("/etc/fl")).unwrap();
+        assert_eq!(resolved.store, Path::new("/etc/fl/s.redb"));
+        assert_eq!(resolved.token_file, Path::new("/etc/fl/s.redb.token"));
+        assert_eq!(resolved.manifests, Path::new("/etc/fl/m"));
+        assert_eq!(resolved.tick_ms, 1000);
+        assert_eq!(resolved.listen, default_listen());
+    }
+}

@@ -1,0 +1,890 @@
+//! One fleet rollout under the daemon: the core's fleet machine fed with observations from the
+//! agents and with measurement outcomes, its decisions turned into audit entries and
+//! notifications, and its actions executed per cluster.
+//!
+//! # Isolation
+//! Each cluster has its own observation poller and its own action worker; the tick never awaits
+//! either. A slow or dead agent only makes its own observation stale (the machine then sees it
+//! unreachable) and its own actions wait, retried with backoff, in order.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_agent::AgentClient;
+use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
+use flotilla_core::analysis::{Measurer, Millis, Outcome};
+use flotilla_core::fleet::{
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
+    FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
+};
+use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
+use flotilla_core::rollout::{Action, AnalysisSlot, Command, Observed, RolloutState, template_hash};
+use flotilla_core::spec::analysis::AnalysisTemplate;
+use flotilla_core::spec::fleet::{Fleet, FleetRollout};
+use flotilla_core::spec::rollout::Rollout;
+use flotilla_providers::Providers;
+use tokio::sync::{Semaphore, mpsc};
+
+use super::record::{
+    AuditEntry, ClusterView, Evidence, FailureView, FleetRecord, FleetSummary, FleetView,
+    MetricView, Notification, OperatorCommand, QueuedCommand, RolloutView, RunView, WaveView,
+};
+
+/// What the manifests say a fleet rollout should be.
+#[derive(Debug, Clone)]
+pub struct Desired {
+    /// The Fleet.
+    pub fleet: Fleet,
+    /// The FleetRollout.
+    pub fleet_rollout: FleetRollout,
+    /// The Rollout.
+    pub rollout: Rollout,
+    /// The analysis templates.
+    pub templates: Vec<AnalysisTemplate>,
+}
+
+/// Why a fleet rollout cannot be driven.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FleetError(pub String);
+
+/// What one tick produced, to be persisted before [`FleetController::dispatch`].
+#[derive(Debug, Default)]
+pub struct TickOutput {
+    /// Commands applied.
+    pub consumed: Vec<u64>,
+    /// Decisions.
+    pub audit: Vec<AuditEntry>,
+    /// Notifications.
+    pub notifications: Vec<Notification>,
+    /// Actions per cluster, in order.
+    actions: BTreeMap<String, Vec<Action>>,
+    /// Measurements to take.
+    measurements: Vec<ClusterMeasurement>,
+}
+
+type Latest = Arc<Mutex<Option<(Instant, Result<Observed, String>)>>>;
+
+struct ClusterHandle {
+    adapter: Arc<AgentCluster>,
+    builtin: BuiltinProvider,
+    actions: mpsc::UnboundedSender<(Placement, Vec<Action>)>,
+    latest: Latest,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ClusterHandle {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// One fleet rollout under the daemon.
+pub struct FleetController {
+    /// The durable record (kept in step with the machine at every tick).
+    pub record: FleetRecord,
+    machine: FleetMachine,
+    clusters: BTreeMap<String, ClusterHandle>,
+    providers: Providers,
+    versions: BTreeMap<String, String>,
+    outcomes_tx: mpsc::UnboundedSender<ClusterOutcome>,
+    outcomes_rx: mpsc::UnboundedReceiver<ClusterOutcome>,
+    measure_limit: Arc<Semaphore>,
+    stale_after: Duration,
+    observed: BTreeMap<String, (bool, Option<(i32, i32)>)>,
+}
+
+fn first_image(rollout: &Rollout) -> String {
+    rollout
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
+fn with_image(rollout: &Rollout, container: Option<&str>, image: &str) -> Result<Rollout, String> {
+    let mut next = rollout.clone();
+    let containers = next
+        .spec
+        .template
+        .as_mut()
+        .and_then(|t| t.spec.as_mut())
+        .map(|s| &mut s.containers)
+        .ok_or("the Rollout has no pod template")?;
+    let target = match container {
+        Some(name) => containers
+            .iter_mut()
+            .find(|c| c.name == name)
+            .ok_or_else(|| format!("the Rollout has no container {name:?}"))?,
+        None => containers.first_mut().ok_or("the Rollout has no container")?,
+    };
+    target.image = Some(image.to_owned());
+    Ok(next)
+}
+
+impl FleetController {
+    /// A controller for `desired`, resumed from `stored` when the store has its record.
+    ///
+    /// A Rollout changed in the manifests since the record was written is a new fleet revision
+    /// (the supersede rule); an unchanged one keeps what `set image` or `undo` set.
+    pub fn new(
+        desired: &Desired,
+        stored: Option<FleetRecord>,
+        providers: Providers,
+        tick: Duration,
+    ) -> Result<FleetController, FleetError> {
+        let plan = FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
+            .map_err(|e| FleetError(e.0))?;
+        let name = plan.name.clone();
+        let source_hash = template_hash(&desired.rollout);
+        let (mut record, resumed) = match stored {
+            Some(record) => (record, true),
+            None => (
+                FleetRecord {
+                    name: name.clone(),
+                    previous: desired.rollout.clone(),
+                    next: desired.rollout.clone(),
+                    history: Vec::new(),
+                    source_hash: source_hash.clone(),
+                    state: FleetState::default(),
+                },
+                false,
+            ),
+        };
+        let mut machine = {
+            let revisions = Revisions {
+                previous: &record.previous,
+                next: &record.next,
+            };
+            let state = resumed.then(|| record.state.clone());
+            FleetMachine::new(plan.clone(), &revisions, state)
+        };
+        for spec in record.history.iter().chain([&record.previous, &record.next]) {
+            machine.remember(spec);
+        }
+        // Clusters added to or removed from the plan since the record was written.
+        machine
+            .state
+            .clusters
+            .retain(|name, _| plan.clusters.contains_key(name));
+        for cluster in plan.clusters.keys() {
+            machine
+                .state
+                .clusters
+                .entry(cluster.clone())
+                .or_default();
+        }
+        // Measurements in flight when the previous process died are taken again.
+        for cluster in machine.state.clusters.values_mut() {
+            for run in cluster.runs.values_mut() {
+                run.abandon_in_flight();
+            }
+        }
+        let mut versions = BTreeMap::new();
+        let mut controller_clusters = BTreeMap::new();
+        let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
+        for cluster in &desired.fleet.spec.clusters {
+            if !plan.clusters.contains_key(&cluster.name) {
+                continue;
+            }
+            let Some(agent) = cluster.endpoint.as_ref().and_then(|e| e.agent.clone()) else {
+                return Err(FleetError(format!(
+                    "cluster {:?} has no agent endpoint; this version drives only agents",
+                    cluster.name
+                )));
+            };
+            let client = AgentClient::with_timeout(agent.clone(), Duration::from_secs(5))
+                .map_err(|e| FleetError(e.to_string()))?;
+            let adapter = Arc::new(AgentCluster::new(client.clone()));
+            controller_clusters.insert(
+                cluster.name.clone(),
+                spawn_cluster(cluster.name.clone(), adapter, client, tick),
+            );
+        }
+        let mut controller = FleetController {
+            record: FleetRecord {
+                state: machine.state.clone(),
+                ..record.clone()
+            },
+            machine,
+            clusters: controller_clusters,
+            providers,
+            versions: BTreeMap::new(),
+            outcomes_tx,
+            outcomes_rx,
+            measure_limit: Arc::new(Semaphore::new(64)),
+            stale_after: (tick * 3).max(Duration::from_secs(3)),
+            observed: BTreeMap::new(),
+        };
+        for spec in record
+            .history
+            .iter()
+            .chain([&record.previous, &record.next])
+        {
+            versions.insert(template_hash(spec), image_version(&first_image(spec)));
+        }
+        controller.versions = versions;
+        if source_hash != record.source_hash {
+            record.source_hash = source_hash;
+            controller.record.source_hash = record.source_hash.clone();
+            controller.change_spec(desired.rollout.clone());
+        }
+        if resumed {
+            controller.reassert();
+        }
+        Ok(controller)
+    }
+
+    /// The FleetRollout's name.
+    pub fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    /// A new desired Rollout: the supersede rule.
+    fn change_spec(&mut self, next: Rollout) {
+        if template_hash(&next) == template_hash(&self.record.next) {
+            return;
+        }
+        let old_previous = self.record.previous.clone();
+        let old_next = self.record.next.clone();
+        self.machine.supersede(
+            &Revisions {
+                previous: &old_previous,
+                next: &old_next,
+            },
+            &Revisions {
+                previous: &old_next,
+                next: &next,
+            },
+        );
+        if !self
+            .record
+            .history
+            .iter()
+            .any(|h| template_hash(h) == template_hash(&old_previous))
+        {
+            self.record.history.push(old_previous);
+        }
+        self.versions
+            .insert(template_hash(&next), image_version(&first_image(&next)));
+        self.machine.remember(&next);
+        self.record.previous = old_next;
+        self.record.next = next;
+    }
+
+    /// After a restart: every cluster's last intent again (all idempotent), since the process
+    /// cannot know which of its last actions took effect.
+    fn reassert(&mut self) {
+        let names: Vec<String> = self.machine.state.clusters.keys().cloned().collect();
+        for name in names {
+            let cluster = &self.machine.state.clusters[&name];
+            let spec = if cluster.on_new_spec {
+                &self.record.next
+            } else {
+                &self.record.previous
+            };
+            let actions = flotilla_core::rollout::desired_actions(&cluster.rollout, spec);
+            let placement = self.placement(&cluster.rollout);
+            if let Some(handle) = self.clusters.get(&name) {
+                let _ = handle.actions.send((placement, actions));
+            }
+        }
+    }
+
+    fn placement(&self, rollout: &RolloutState) -> Placement {
+        Placement {
+            versions: rollout
+                .revisions
+                .iter()
+                .filter_map(|r| self.versions.get(&r.hash).map(|v| (r.number, v.clone())))
+                .collect(),
+            stable: rollout.stable,
+        }
+    }
+
+    /// One tick at `now` with the operator commands queued for this fleet.
+    pub fn tick(&mut self, commands: &[QueuedCommand], now: Millis) -> TickOutput {
+        let mut out = TickOutput::default();
+        let before = self.machine.state.clone();
+        let mut fleet_commands = Vec::new();
+        for queued in commands {
+            out.consumed.push(queued.id);
+            let mut entry = AuditEntry {
+                seq: 0,
+                time: now,
+                fleet: self.record.name.clone(),
+                revision: self.machine.state.revision.clone(),
+                kind: "command".into(),
+                cluster: None,
+                message: describe_command(&queued.command),
+                evidence: Vec::new(),
+                operator: Some(queued.operator.clone()),
+            };
+            match &queued.command {
+                OperatorCommand::Pause => fleet_commands.push(FleetCommand::Pause),
+                OperatorCommand::Resume => fleet_commands.push(FleetCommand::Resume),
+                OperatorCommand::Retry => fleet_commands.push(FleetCommand::Retry),
+                OperatorCommand::Abort { cluster } => {
+                    entry.cluster = cluster.clone();
+                    fleet_commands.push(FleetCommand::Abort {
+                        cluster: cluster.clone(),
+                    });
+                }
+                OperatorCommand::Promote { wave, full } => {
+                    if *full {
+                        let index = wave.map_or(self.machine.state.wave, |w| w.saturating_sub(1));
+                        let members = self.machine.plan.waves.get(index).cloned().unwrap_or_default();
+                        for member in members {
+                            if let Some(c) = self.machine.state.clusters.get_mut(&member)
+                                && matches!(
+                                    c.status,
+                                    ClusterStatus::Progressing | ClusterStatus::Paused
+                                )
+                            {
+                                c.pending.push(Command::Promote { full: true });
+                            }
+                        }
+                    }
+                    fleet_commands.push(FleetCommand::Promote { wave: *wave });
+                }
+                OperatorCommand::SetImage { container, image } => {
+                    match with_image(&self.record.next, container.as_deref(), image) {
+                        Ok(next) => self.change_spec(next),
+                        Err(e) => entry.message = format!("{}: refused: {e}", entry.message),
+                    }
+                }
+                OperatorCommand::Undo { to_revision } => {
+                    let mut specs = self.record.history.clone();
+                    specs.push(self.record.previous.clone());
+                    let target = match to_revision {
+                        Some(n) => specs.get(n.saturating_sub(1)).cloned(),
+                        None => Some(self.record.previous.clone()),
+                    };
+                    match target {
+                        Some(spec) => self.change_spec(spec),
+                        None => entry.message = format!("{}: refused: no such revision", entry.message),
+                    }
+                }
+            }
+            out.audit.push(entry);
+        }
+        // Observations: each cluster's latest, if fresh.
+        let mut observations = BTreeMap::new();
+        for (name, handle) in &self.clusters {
+            let latest = handle.latest.lock().expect("observation lock").clone();
+            let observation = match latest {
+                Some((at, Ok(observed))) if at.elapsed() < self.stale_after => {
+                    let weights = observed.weights.map(|w| (w.canary, w.stable));
+                    self.observed.insert(name.clone(), (true, weights));
+                    ClusterObservation {
+                        reachable: true,
+                        observed,
+                    }
+                }
+                _ => {
+                    let weights = self.observed.get(name).and_then(|o| o.1);
+                    self.observed.insert(name.clone(), (false, weights));
+                    ClusterObservation::default()
+                }
+            };
+            observations.insert(name.clone(), observation);
+        }
+        let mut outcomes = Vec::new();
+        while let Ok(outcome) = self.outcomes_rx.try_recv() {
+            outcomes.push(outcome);
+        }
+        let revisions = Revisions {
+            previous: &self.record.previous,
+            next: &self.record.next,
+        };
+        let output = self
+            .machine
+            .tick(&revisions, &observations, outcomes, &fleet_commands, now);
+        for (cluster, action) in output.actions {
+            out.actions.entry(cluster).or_default().push(action);
+        }
+        out.measurements = output.measurements;
+        self.decisions(&before, now, &mut out);
+        self.record.state = self.machine.state.clone();
+        out
+    }
+
+    /// Executes a tick's actions (per cluster, in order) and starts its measurements. Call only
+    /// after the tick was persisted.
+    pub fn dispatch(&mut self, out: TickOutput) {
+        for (name, actions) in out.actions {
+            let Some(cluster) = self.machine.state.clusters.get(&name) else {
+                continue;
+            };
+            let placement = self.placement(&cluster.rollout);
+            if let Some(handle) = self.clusters.get(&name) {
+                handle.adapter.set_placement(placement.clone());
+                let _ = handle.actions.send((placement, actions));
+            }
+        }
+        // Placement for the observers, also where nothing acted.
+        for (name, handle) in &self.clusters {
+            if let Some(cluster) = self.machine.state.clusters.get(name) {
+                handle.adapter.set_placement(self.placement(&cluster.rollout));
+            }
+        }
+        for measurement in out.measurements {
+            let Some(handle) = self.clusters.get(&measurement.cluster) else {
+                continue;
+            };
+            let builtin = handle.builtin.clone();
+            let providers = self.providers.clone();
+            let tx = self.outcomes_tx.clone();
+            let limit = self.measure_limit.clone();
+            tokio::spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                let request = &measurement.request;
+                let measure = async {
+                    if request.provider.builtin.is_some() {
+                        builtin.measure(request).await
+                    } else {
+                        providers.measure(request).await
+                    }
+                };
+                let outcome = tokio::time::timeout(Duration::from_secs(60), measure)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Outcome::Error(format!(
+                            "metric {:?} did not answer within 60s",
+                            request.metric
+                        ))
+                    });
+                let _ = tx.send(ClusterOutcome {
+                    cluster: measurement.cluster,
+                    run: measurement.run,
+                    metric_index: measurement.request.metric_index,
+                    outcome,
+                });
+            });
+        }
+    }
+
+    /// Turns the difference between two states into audit entries and notifications.
+    fn decisions(&self, before: &FleetState, now: Millis, out: &mut TickOutput) {
+        let after = &self.machine.state;
+        let fleet = self.record.name.clone();
+        let revision = after.revision.clone();
+        let entry = |kind: &str, cluster: Option<&str>, message: String, evidence: Vec<Evidence>| {
+            AuditEntry {
+                seq: 0,
+                time: now,
+                fleet: fleet.clone(),
+                revision: revision.clone(),
+                kind: kind.into(),
+                cluster: cluster.map(str::to_owned),
+                message,
+                evidence,
+                operator: None,
+            }
+        };
+        let notification = |event: &str, cluster: Option<&str>, message: String| Notification {
+            event: event.into(),
+            fleet: fleet.clone(),
+            revision: revision.clone(),
+            cluster: cluster.map(str::to_owned),
+            metric: None,
+            value: None,
+            message,
+            time: now,
+        };
+        if before.revision != after.revision && !before.revision.is_empty() {
+            out.audit.push(entry(
+                "fleet",
+                None,
+                format!(
+                    "new fleet revision {} ({}) supersedes {}",
+                    after.revision,
+                    first_image(&self.record.next),
+                    before.revision
+                ),
+                Vec::new(),
+            ));
+        }
+        for (name, cluster) in &after.clusters {
+            let old = before.clusters.get(name);
+            let evidence = evidence_of(name, cluster);
+            let old_status = old.map(|c| c.status);
+            if old_status != Some(cluster.status) {
+                let (kind, message) = match cluster.status {
+                    ClusterStatus::Progressing => (
+                        "advance",
+                        format!("{name} starts revision {}", first_image(&self.record.next)),
+                    ),
+                    ClusterStatus::Validated => ("validate", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::Paused => ("pause", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::RolledBack => ("rollback", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::Held => ("hold", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::Skipped => ("skip", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::NotStarted => ("reset", format!("{name}: waits for its wave")),
+                };
+                out.audit.push(entry(kind, Some(name), message, evidence.clone()));
+                if cluster.status == ClusterStatus::RolledBack {
+                    let (metric, value, why) = match &cluster.failure {
+                        Some(f) => (Some(f.metric.clone()), Some(f.value.clone()), format!(
+                            "metric {} = {} ({})",
+                            f.metric, f.value, f.message
+                        )),
+                        None => (None, None, cluster.reason.clone()),
+                    };
+                    let message = format!(
+                        "{fleet}: cluster {name} rolled back from {}: {why}",
+                        first_image(&self.record.next)
+                    );
+                    for event in ["rollout-aborted", "analysis-failed"] {
+                        if event == "analysis-failed" && metric.is_none() {
+                            continue;
+                        }
+                        let mut n = notification(event, Some(name), message.clone());
+                        n.metric = metric.clone();
+                        n.value = value.clone();
+                        out.notifications.push(n);
+                    }
+                }
+            }
+            let old_step = old.and_then(|c| c.rollout.step_index);
+            if cluster.status == ClusterStatus::Progressing
+                && old_step.is_some()
+                && cluster.rollout.step_index > old_step
+            {
+                let steps = self
+                    .record
+                    .next
+                    .canary()
+                    .map_or(0, |c| c.steps.len());
+                out.audit.push(entry(
+                    "advance",
+                    Some(name),
+                    format!(
+                        "{name}: step {}/{steps} (canary weight {})",
+                        cluster.rollout.step_index.unwrap_or(0),
+                        cluster.rollout.desired_weight.unwrap_or(0)
+                    ),
+                    evidence,
+                ));
+            }
+        }
+        for (i, completed) in after.wave_completed_at.iter().enumerate() {
+            let was = before.wave_completed_at.get(i).copied().flatten();
+            if completed.is_some() && was.is_none() {
+                let members = self.machine.plan.waves.get(i).cloned().unwrap_or_default();
+                let message = format!("{fleet}: wave {} completed ({})", i + 1, members.join(", "));
+                out.audit.push(entry("wave", None, message.clone(), Vec::new()));
+                out.notifications
+                    .push(notification("wave-completed", None, message));
+            }
+        }
+        if before.phase != after.phase {
+            let message = format!("{fleet}: fleet {:?}: {}", after.phase, after.message);
+            out.audit.push(entry("fleet", None, message.clone(), Vec::new()));
+            let event = match after.phase {
+                FleetPhase::Completed => Some("fleet-completed"),
+                FleetPhase::Halted => Some("fleet-halted"),
+                FleetPhase::Aborted => Some("fleet-aborted"),
+                _ => None,
+            };
+            if let Some(event) = event {
+                let mut n = notification(event, None, message);
+                if let Some((name, c)) = after
+                    .clusters
+                    .iter()
+                    .find(|(_, c)| c.failure.is_some() && c.status == ClusterStatus::RolledBack)
+                {
+                    n.cluster = Some(name.clone());
+                    n.metric = c.failure.as_ref().map(|f| f.metric.clone());
+                    n.value = c.failure.as_ref().map(|f| f.value.clone());
+                }
+                out.notifications.push(n);
+            }
+        }
+    }
+
+    /// The summary line of the list answer.
+    pub fn summary(&self) -> FleetSummary {
+        let state = &self.machine.state;
+        FleetSummary {
+            name: self.record.name.clone(),
+            revision: state.revision.clone(),
+            image: first_image(&self.record.next),
+            phase: format!("{:?}", state.phase),
+            wave: (state.wave + 1).min(self.machine.plan.waves.len()),
+            waves: self.machine.plan.waves.len(),
+            message: state.message.clone(),
+        }
+    }
+
+    /// The whole view: waves → clusters → step, weights, analysis.
+    pub fn view(&self) -> FleetView {
+        let state = &self.machine.state;
+        let plan = &self.machine.plan;
+        FleetView {
+            name: self.record.name.clone(),
+            revision: state.revision.clone(),
+            image: first_image(&self.record.next),
+            previous_image: first_image(&self.record.previous),
+            phase: format!("{:?}", state.phase),
+            message: state.message.clone(),
+            wave: (state.wave + 1).min(plan.waves.len()),
+            paused: state.paused,
+            waves: plan
+                .waves
+                .iter()
+                .enumerate()
+                .map(|(i, members)| WaveView {
+                    index: i + 1,
+                    started_at: state.wave_started_at.get(i).copied().flatten(),
+                    completed_at: state.wave_completed_at.get(i).copied().flatten(),
+                    clusters: members.iter().map(|m| self.cluster_view(m)).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    fn cluster_view(&self, name: &str) -> ClusterView {
+        let cluster = &self.machine.state.clusters[name];
+        let engine = &cluster.rollout;
+        let spec = if cluster.on_new_spec {
+            &self.record.next
+        } else {
+            &self.record.previous
+        };
+        let version = |r: Option<u32>| {
+            r.and_then(|n| engine.revision(n))
+                .and_then(|r| self.versions.get(&r.hash).cloned())
+        };
+        let (reachable, weights) = self.observed.get(name).copied().unwrap_or((false, None));
+        ClusterView {
+            name: name.to_owned(),
+            status: format!("{:?}", cluster.status),
+            reason: cluster.reason.clone(),
+            reachable,
+            rollout_phase: format!("{:?}", engine.phase),
+            rollout_message: engine.message.clone(),
+            step: spec.canary().map(|c| {
+                format!("{}/{}", engine.step_index.unwrap_or(0), c.steps.len())
+            }),
+            weights,
+            desired_weight: engine.desired_weight,
+            stable_version: version(engine.stable),
+            current_version: version(engine.current),
+            failure: cluster.failure.as_ref().map(|f| FailureView {
+                metric: f.metric.clone(),
+                value: f.value.clone(),
+                message: f.message.clone(),
+            }),
+            started_at: cluster.started_at,
+            decided_at: cluster.decided_at,
+            analysis: cluster
+                .runs
+                .iter()
+                .map(|(key, run)| RunView {
+                    name: format!(
+                        "{}-rev{}",
+                        match key.slot {
+                            AnalysisSlot::Step(i) => format!("step-{i}"),
+                            AnalysisSlot::Background => "background".into(),
+                            AnalysisSlot::PrePromotion => "pre-promotion".into(),
+                            AnalysisSlot::PostPromotion => "post-promotion".into(),
+                        },
+                        key.revision
+                    ),
+                    phase: format!("{:?}", run.phase),
+                    message: run.message.clone(),
+                    metrics: run
+                        .metrics
+                        .iter()
+                        .map(|m| {
+                            let last = m.measurements.iter().rev().find(|x| x.finished_at.is_some());
+                            MetricView {
+                                name: m.name.clone(),
+                                phase: format!("{:?}", m.phase),
+                                count: m.count,
+                                failed: m.failed,
+                                value: last.map(|x| x.value.clone()),
+                                message: last
+                                    .map(|x| x.message.clone())
+                                    .filter(|t| !t.is_empty()),
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// One cluster's rollout in detail.
+    pub fn rollout_view(&self, cluster: &str) -> Option<RolloutView> {
+        let state = self.machine.state.clusters.get(cluster)?;
+        let engine = &state.rollout;
+        Some(RolloutView {
+            cluster: self.cluster_view(cluster),
+            revisions: engine
+                .revisions
+                .iter()
+                .map(|r| {
+                    (
+                        r.number,
+                        r.hash.clone(),
+                        self.versions.get(&r.hash).cloned().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            pause_conditions: engine
+                .pause_conditions
+                .iter()
+                .map(|p| format!("{:?}", p.reason))
+                .collect(),
+            abort: engine.abort,
+            desired_replicas: engine.desired_replicas.clone(),
+        })
+    }
+
+    /// The plan's clusters and wave count (to validate commands).
+    pub fn plan(&self) -> &FleetPlan {
+        &self.machine.plan
+    }
+}
+
+fn describe_command(command: &OperatorCommand) -> String {
+    match command {
+        OperatorCommand::Promote { wave, full } => format!(
+            "promote{}{}",
+            wave.map(|w| format!(" --wave {w}")).unwrap_or_default(),
+            if *full { " --full" } else { "" }
+        ),
+        OperatorCommand::Abort { cluster } => format!(
+            "abort{}",
+            cluster
+                .as_ref()
+                .map(|c| format!(" --cluster {c}"))
+                .unwrap_or_default()
+        ),
+        OperatorCommand::Undo { to_revision } => format!(
+            "undo{}",
+            to_revision
+                .map(|r| format!(" --to-revision {r}"))
+                .unwrap_or_default()
+        ),
+        OperatorCommand::SetImage { container, image } => format!(
+            "set image {}={image}",
+            container.as_deref().unwrap_or("*")
+        ),
+        other => other.verb().to_owned(),
+    }
+}
+
+/// The latest finished measurement of each metric of a cluster's runs.
+fn evidence_of(name: &str, cluster: &flotilla_core::fleet::ClusterState) -> Vec<Evidence> {
+    cluster
+        .runs
+        .values()
+        .flat_map(|run| run.metrics.iter())
+        .filter_map(|m| {
+            let last = m.measurements.iter().rev().find(|x| x.finished_at.is_some())?;
+            Some(Evidence {
+                cluster: name.to_owned(),
+                metric: m.name.clone(),
+                phase: format!("{:?}", last.phase),
+                value: last.value.clone(),
+                message: last.message.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Starts a cluster's observation poller and action worker.
+fn spawn_cluster(
+    name: String,
+    adapter: Arc<AgentCluster>,
+    client: AgentClient,
+    tick: Duration,
+) -> ClusterHandle {
+    let latest: Latest = Arc::new(Mutex::new(None));
+    let poller = {
+        let adapter = adapter.clone();
+        let latest = latest.clone();
+        tokio::spawn(async move {
+            loop {
+                let result = adapter.observe().await.map_err(|e| e.to_string());
+                *latest.lock().expect("observation lock") = Some((Instant::now(), result));
+                tokio::time::sleep(tick.min(Duration::from_secs(1))).await;
+            }
+        })
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Placement, Vec<Action>)>();
+    let worker = {
+        let adapter = adapter.clone();
+        tokio::spawn(async move {
+            while let Some((placement, actions)) = rx.recv().await {
+                adapter.set_placement(placement);
+                for action in actions {
+                    let mut delay = Duration::from_millis(200);
+                    loop {
+                        match execute(&adapter, &action).await {
+                            Ok(()) => break,
+                            Err(e) => {
+                                tracing::warn!(cluster = %name, ?action, error = %e, "action failed; retrying");
+                                tokio::time::sleep(delay).await;
+                                delay = (delay * 2).min(Duration::from_secs(5));
+                            }
+                        }
+                    }
+                }
+                if let Err(e) = adapter.settle().await {
+                    tracing::debug!(cluster = %name, error = %e, "settle failed");
+                }
+            }
+        })
+    };
+    ClusterHandle {
+        adapter,
+        builtin: BuiltinProvider::new(client),
+        actions: tx,
+        latest,
+        tasks: vec![poller, worker],
+    }
+}
+
+async fn execute(
+    adapter: &AgentCluster,
+    action: &Action,
+) -> Result<(), flotilla_core::rollout::ports::PortError> {
+    match action {
+        Action::Scale {
+            revision,
+            hash,
+            replicas,
+        } => adapter.ensure(*revision, hash, *replicas).await,
+        Action::SetWeight { canary, stable } => adapter.set_weight(*canary, *stable).await,
+        Action::MarkStable { revision } | Action::SwitchActive { revision } => {
+            adapter.set_stable(*revision).await
+        }
+        Action::SetHeaderRoute { name, matches } => adapter.set_header_route(name, matches).await,
+        Action::RemoveHeaderRoute { name } => adapter.remove_header_route(name).await,
+        Action::SetMirrorRoute {
+            name,
+            matches,
+            percentage,
+        } => adapter.set_mirror_route(name, matches, *percentage).await,
+        Action::RemoveMirrorRoute { name } => adapter.remove_mirror_route(name).await,
+        // Analysis runs live in the fleet machine; events become audit entries; the spec
+        // changes (undo, set image) are fleet commands here; preview has no agent subset.
+        Action::StartAnalysis { .. }
+        | Action::TerminateAnalysis { .. }
+        | Action::Event { .. }
+        | Action::RestoreRevision { .. }
+        | Action::UpdateImage { .. }
+        | Action::RestartPods { .. }
+        | Action::SwitchPreview { .. } => Ok(()),
+    }
+}

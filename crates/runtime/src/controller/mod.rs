@@ -1,0 +1,397 @@
+//! The controller daemon (`flotilla serve`): loads and validates its configuration and
+//! manifests, resumes every fleet rollout from the store, ticks the core engines on the wall
+//! clock, persists each tick before executing it, and serves the HTTP API.
+//!
+//! # The tick (every `tick`, or at once when a command arrives)
+//! 1. read the queued operator commands and each cluster's latest observation;
+//! 2. run the fleet machine (commands, measurement outcomes, observations, `now`);
+//! 3. commit the new state, the consumed commands, the audit entries and notifications in one
+//!    store transaction;
+//! 4. only then hand the actions to the clusters' workers and start the measurements.
+//!
+//! A `kill -9` between 3 and 4 loses nothing: on restart every cluster's last intent is
+//! re-asserted (idempotently) and in-flight measurements are taken again.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod fleet;
+pub mod notify;
+pub mod record;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use flotilla_core::diagnostic::Severity;
+use flotilla_core::lint::{self, Options};
+use flotilla_core::spec::Manifest;
+use tokio::sync::{Notify, broadcast};
+
+use crate::files;
+use config::Resolved;
+use fleet::{Desired, FleetController};
+use record::{AuditEntry, FleetSummary, FleetView, RolloutView};
+use store::{Store, TickWrite};
+
+/// Why the daemon cannot start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration or manifests are invalid (nothing was started).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// A file or socket could not be used.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Counters and histograms for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<MetricsInner>,
+}
+
+#[derive(Debug, Default)]
+struct MetricsInner {
+    reconcile_buckets: [u64; 8],
+    reconcile_count: u64,
+    reconcile_sum: f64,
+    decisions: BTreeMap<String, u64>,
+    runs: BTreeMap<(String, String), u64>,
+    weights: BTreeMap<(String, String), (i32, i32)>,
+    notifications: BTreeMap<(String, bool), u64>,
+}
+
+const RECONCILE_BOUNDS: [f64; 7] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
+
+impl Metrics {
+    fn reconciled(&self, seconds: f64, audit: &[AuditEntry], views: &[FleetView]) {
+        let mut m = self.inner.lock().expect("metrics lock");
+        let slot = RECONCILE_BOUNDS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(RECONCILE_BOUNDS.len());
+        m.reconcile_buckets[slot] += 1;
+        m.reconcile_count += 1;
+        m.reconcile_sum += seconds;
+        for entry in audit {
+            *m.decisions.entry(entry.kind.clone()).or_default() += 1;
+        }
+        m.runs.clear();
+        for view in views {
+            for cluster in view.waves.iter().flat_map(|w| w.clusters.iter()) {
+                for run in &cluster.analysis {
+                    *m.runs
+                        .entry((view.name.clone(), run.phase.clone()))
+                        .or_default() += 1;
+                }
+                if let Some(w) = cluster.weights {
+                    m.weights
+                        .insert((view.name.clone(), cluster.name.clone()), w);
+                }
+            }
+        }
+    }
+
+    fn notification(&self, sink: &str, delivered: bool) {
+        let mut m = self.inner.lock().expect("metrics lock");
+        *m.notifications
+            .entry((sink.to_owned(), delivered))
+            .or_default() += 1;
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let m = self.inner.lock().expect("metrics lock");
+        let mut out = String::new();
+        out.push_str("# HELP flotilla_reconcile_duration_seconds Time to run one tick of every fleet.\n# TYPE flotilla_reconcile_duration_seconds histogram\n");
+        let mut cumulative = 0;
+        for (i, bound) in RECONCILE_BOUNDS.iter().enumerate() {
+            cumulative += m.reconcile_buckets[i];
+            out.push_str(&format!(
+                "flotilla_reconcile_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "flotilla_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}\nflotilla_reconcile_duration_seconds_sum {}\nflotilla_reconcile_duration_seconds_count {}\n",
+            m.reconcile_count, m.reconcile_sum, m.reconcile_count
+        ));
+        out.push_str("# HELP flotilla_decisions_total Decisions taken, by kind.\n# TYPE flotilla_decisions_total counter\n");
+        for (kind, n) in &m.decisions {
+            out.push_str(&format!("flotilla_decisions_total{{kind=\"{kind}\"}} {n}\n"));
+        }
+        out.push_str("# HELP flotilla_analysis_runs Analysis runs, by fleet and phase.\n# TYPE flotilla_analysis_runs gauge\n");
+        for ((fleet, phase), n) in &m.runs {
+            out.push_str(&format!(
+                "flotilla_analysis_runs{{fleet=\"{fleet}\",phase=\"{phase}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# HELP flotilla_weight Traffic weight in effect, by fleet, cluster and subset.\n# TYPE flotilla_weight gauge\n");
+        for ((fleet, cluster), (canary, stable)) in &m.weights {
+            out.push_str(&format!(
+                "flotilla_weight{{fleet=\"{fleet}\",cluster=\"{cluster}\",subset=\"canary\"}} {canary}\nflotilla_weight{{fleet=\"{fleet}\",cluster=\"{cluster}\",subset=\"stable\"}} {stable}\n"
+            ));
+        }
+        out.push_str("# HELP flotilla_notifications_total Webhook notifications, by sink and result.\n# TYPE flotilla_notifications_total counter\n");
+        for ((sink, delivered), n) in &m.notifications {
+            let result = if *delivered { "delivered" } else { "failed" };
+            out.push_str(&format!(
+                "flotilla_notifications_total{{sink=\"{sink}\",result=\"{result}\"}} {n}\n"
+            ));
+        }
+        out
+    }
+}
+
+/// What the API reads and writes, shared with the control loop.
+pub struct Shared {
+    /// The store.
+    pub store: Arc<Store>,
+    /// The fleets' latest views.
+    pub views: RwLock<BTreeMap<String, (FleetSummary, FleetView, BTreeMap<String, RolloutView>)>>,
+    /// Decisions as they are committed.
+    pub events: broadcast::Sender<AuditEntry>,
+    /// The bearer token mutating calls need.
+    pub token: String,
+    /// Wakes the control loop (a command arrived).
+    pub wake: Notify,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Loads the desired state: every FleetRollout in the manifests with its Fleet, Rollout and
+/// templates. Lint errors refuse the whole set (file, line, field path), as do clusters the
+/// daemon cannot drive.
+pub fn load_desired(path: &Path) -> Result<Vec<Desired>, ServeError> {
+    let (manifests, mut diagnostics) = files::load_files(&[path.to_path_buf()])
+        .map_err(|e| ServeError::Invalid(e.to_string()))?;
+    diagnostics.extend(lint::lint(&manifests, Options::default()));
+    let mut fleets = Vec::new();
+    let mut fleet_rollouts = Vec::new();
+    let mut rollouts = Vec::new();
+    let mut templates = Vec::new();
+    for loaded in &manifests {
+        match &loaded.manifest {
+            Manifest::Fleet(f) => {
+                for (i, cluster) in f.spec.clusters.iter().enumerate() {
+                    if cluster.endpoint.as_ref().and_then(|e| e.agent.as_ref()).is_none() {
+                        diagnostics.push(loaded.diagnostic(
+                            Severity::Error,
+                            "serve/no-agent",
+                            format!("spec.clusters[{i}].endpoint"),
+                            format!(
+                                "cluster {:?} has no agent endpoint; `flotilla serve` drives only agents",
+                                cluster.name
+                            ),
+                        ));
+                    }
+                }
+                fleets.push(f.as_ref().clone());
+            }
+            Manifest::FleetRollout(f) => fleet_rollouts.push(f.as_ref().clone()),
+            Manifest::Rollout(r) => rollouts.push(r.as_ref().clone()),
+            Manifest::AnalysisTemplate(t) | Manifest::ClusterAnalysisTemplate(t) => {
+                templates.push(t.as_ref().clone())
+            }
+            _ => {}
+        }
+    }
+    let errors: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.to_string())
+        .collect();
+    if !errors.is_empty() {
+        return Err(ServeError::Invalid(format!(
+            "the manifests are invalid; nothing was started:\n{}",
+            errors.join("\n")
+        )));
+    }
+    if fleet_rollouts.is_empty() {
+        return Err(ServeError::Invalid(format!(
+            "{}: no FleetRollout to drive",
+            path.display()
+        )));
+    }
+    let mut desired = Vec::new();
+    for fleet_rollout in fleet_rollouts {
+        let name = |m: &Option<String>| m.clone().unwrap_or_default();
+        let fleet = fleets
+            .iter()
+            .find(|f| name(&f.metadata.name) == fleet_rollout.spec.fleet)
+            .cloned();
+        let rollout = rollouts
+            .iter()
+            .find(|r| name(&r.metadata.name) == fleet_rollout.spec.rollout)
+            .cloned();
+        // Lint has already reported missing references as errors.
+        if let (Some(fleet), Some(rollout)) = (fleet, rollout) {
+            desired.push(Desired {
+                fleet,
+                fleet_rollout,
+                rollout,
+                templates: templates.clone(),
+            });
+        }
+    }
+    Ok(desired)
+}
+
+/// Reads the bearer token, or creates it (mode 0600) at first start.
+pub fn token(path: &Path) -> Result<String, ServeError> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let token = text.trim().to_owned();
+        if !token.is_empty() {
+            return Ok(token);
+        }
+    }
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| ServeError::Io(format!("cannot read /dev/urandom for a token: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ServeError::Io(format!("cannot write the token file {}: {e}", path.display())))?;
+    file.write_all(format!("{token}\n").as_bytes())
+        .map_err(|e| ServeError::Io(format!("cannot write the token file {}: {e}", path.display())))?;
+    Ok(token)
+}
+
+/// Runs the daemon until `shutdown` resolves. Everything is validated before anything starts.
+/// `on_listening` receives the API's bound address.
+pub async fn serve(
+    config: Resolved,
+    shutdown: impl std::future::Future<Output = ()>,
+    on_listening: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), ServeError> {
+    let desired = load_desired(&config.manifests)?;
+    let store = Arc::new(Store::open(&config.store)?);
+    let token = token(&config.token_file)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", config.listen)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    let providers = flotilla_providers::Providers::new()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    let tick = Duration::from_millis(config.tick_ms);
+    let mut stored: BTreeMap<String, record::FleetRecord> = store
+        .fleets()?
+        .into_iter()
+        .map(|r| (r.name.clone(), r))
+        .collect();
+    let mut controllers = Vec::new();
+    for d in &desired {
+        let name = d.fleet_rollout.metadata.name.clone().unwrap_or_default();
+        let controller = FleetController::new(d, stored.remove(&name), providers.clone(), tick)
+            .map_err(|e| ServeError::Invalid(format!("FleetRollout {name:?}: {e}")))?;
+        controllers.push(controller);
+    }
+    let metrics = Arc::new(Metrics::default());
+    let (events, _) = broadcast::channel(1024);
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        views: RwLock::new(BTreeMap::new()),
+        events,
+        token,
+        wake: Notify::new(),
+        metrics: metrics.clone(),
+    });
+    publish(&shared, &controllers);
+    let app = api::router(shared.clone());
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the API server stopped");
+        }
+    });
+    let notify_wake = Arc::new(Notify::new());
+    let notifier = tokio::spawn(notify::run(
+        store.clone(),
+        config.notifications.clone(),
+        metrics.clone(),
+        notify_wake.clone(),
+    ));
+    on_listening(address);
+    let control = async {
+        loop {
+            let started = Instant::now();
+            let pending = tokio::task::block_in_place(|| store.pending_commands())?;
+            let now = crate::analysis::wall_clock();
+            let mut all_audit = Vec::new();
+            let mut notified = false;
+            for controller in controllers.iter_mut() {
+                let commands: Vec<_> = pending
+                    .iter()
+                    .filter(|c| c.fleet == controller.name())
+                    .cloned()
+                    .collect();
+                let out = controller.tick(&commands, now);
+                let write = TickWrite {
+                    record: Some(&controller.record),
+                    consumed: out.consumed.clone(),
+                    audit: out.audit.clone(),
+                    notifications: out.notifications.clone(),
+                };
+                notified |= !write.notifications.is_empty();
+                let audit = tokio::task::block_in_place(|| store.commit_tick(write))?;
+                controller.dispatch(out);
+                all_audit.extend(audit);
+            }
+            publish(&shared, &controllers);
+            let views: Vec<FleetView> = shared
+                .views
+                .read()
+                .expect("views lock")
+                .values()
+                .map(|v| v.1.clone())
+                .collect();
+            metrics.reconciled(started.elapsed().as_secs_f64(), &all_audit, &views);
+            for entry in all_audit {
+                tracing::info!(fleet = %entry.fleet, kind = %entry.kind, cluster = ?entry.cluster, "{}", entry.message);
+                let _ = shared.events.send(entry);
+            }
+            if notified {
+                notify_wake.notify_one();
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = shared.wake.notified() => {}
+            }
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), ServeError>(())
+    };
+    let result = tokio::select! {
+        r = control => r,
+        _ = shutdown => Ok(()),
+    };
+    server.abort();
+    notifier.abort();
+    result
+}
+
+fn publish(shared: &Shared, controllers: &[FleetController]) {
+    let mut views = shared.views.write().expect("views lock");
+    for c in controllers {
+        let rollouts = c
+            .plan()
+            .clusters
+            .keys()
+            .filter_map(|name| c.rollout_view(name).map(|v| (name.clone(), v)))
+            .collect();
+        views.insert(c.name().to_owned(), (c.summary(), c.view(), rollouts));
+    }
+}

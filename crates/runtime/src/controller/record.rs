@@ -1,0 +1,326 @@
+//! What the controller persists and serves: a fleet's durable record, operator commands, audit
+//! entries, notifications, and the JSON views the API answers and the CLI draws.
+
+use std::collections::BTreeMap;
+
+use flotilla_core::analysis::Millis;
+use flotilla_core::fleet::FleetState;
+use flotilla_core::spec::rollout::Rollout;
+use serde::{Deserialize, Serialize};
+
+/// One fleet rollout's durable record: the specs it runs and the fleet machine's state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetRecord {
+    /// The FleetRollout's name.
+    pub name: String,
+    /// The Rollout clusters ran before this fleet revision.
+    pub previous: Rollout,
+    /// The Rollout of this fleet revision (the desired state).
+    pub next: Rollout,
+    /// Earlier revisions' specs, oldest first (what `undo` returns to; what baselines name).
+    pub history: Vec<Rollout>,
+    /// The pod-template hash of the Rollout as last read from the manifests: a change there
+    /// is a new desired revision; an unchanged file keeps what `set image` or `undo` set.
+    pub source_hash: String,
+    /// The fleet machine's state.
+    pub state: FleetState,
+}
+
+/// An operator command, as accepted by the API and queued durably until a tick applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "command")]
+pub enum OperatorCommand {
+    /// Skip the current bake or pause; `full` skips the remaining steps of the wave's clusters.
+    Promote {
+        /// A 1-based wave, or the current one.
+        #[serde(default)]
+        wave: Option<usize>,
+        /// Skip every remaining step.
+        #[serde(default)]
+        full: bool,
+    },
+    /// Abort the fleet, or one cluster.
+    Abort {
+        /// One cluster, or the whole fleet.
+        #[serde(default)]
+        cluster: Option<String>,
+    },
+    /// Retry the failed clusters.
+    Retry,
+    /// Start no new cluster or wave.
+    Pause,
+    /// Resume.
+    Resume,
+    /// Roll the fleet to an earlier revision's spec (default: the one before the current).
+    Undo {
+        /// A 1-based revision number as `history` lists it.
+        #[serde(default)]
+        to_revision: Option<usize>,
+    },
+    /// Set a container's image: a new fleet revision.
+    SetImage {
+        /// The container (default: the first).
+        #[serde(default)]
+        container: Option<String>,
+        /// The image.
+        image: String,
+    },
+}
+
+impl OperatorCommand {
+    /// The verb, as the CLI names it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            OperatorCommand::Promote { .. } => "promote",
+            OperatorCommand::Abort { .. } => "abort",
+            OperatorCommand::Retry => "retry",
+            OperatorCommand::Pause => "pause",
+            OperatorCommand::Resume => "resume",
+            OperatorCommand::Undo { .. } => "undo",
+            OperatorCommand::SetImage { .. } => "set image",
+        }
+    }
+}
+
+/// A queued command with who sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedCommand {
+    /// Its id (store sequence).
+    pub id: u64,
+    /// The fleet.
+    pub fleet: String,
+    /// The command.
+    pub command: OperatorCommand,
+    /// Who sent it (the API's `x-flotilla-operator` header, or `operator`).
+    pub operator: String,
+    /// When it was accepted.
+    pub accepted_at: Millis,
+}
+
+/// One measurement that informed a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    /// The cluster.
+    pub cluster: String,
+    /// The metric.
+    pub metric: String,
+    /// The measurement's phase.
+    pub phase: String,
+    /// The value.
+    pub value: String,
+    /// The verdict's message.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// One decision in the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// Sequence number (store order).
+    #[serde(default)]
+    pub seq: u64,
+    /// When, in Unix milliseconds.
+    pub time: Millis,
+    /// The fleet.
+    pub fleet: String,
+    /// The fleet revision.
+    pub revision: String,
+    /// What kind of decision: `command`, `advance`, `pause`, `promote`, `validate`, `abort`,
+    /// `rollback`, `wave`, `fleet`, `event`.
+    pub kind: String,
+    /// The cluster, when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// What happened.
+    pub message: String,
+    /// The measurements behind it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<Evidence>,
+    /// The operator and command, when one caused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+}
+
+/// A notification to deliver (at least once).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notification {
+    /// `rollout-aborted`, `analysis-failed`, `wave-completed`, `fleet-completed`,
+    /// `fleet-halted`, `fleet-aborted`.
+    pub event: String,
+    /// The fleet.
+    pub fleet: String,
+    /// The fleet revision.
+    pub revision: String,
+    /// The cluster, when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The failing metric, when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// Its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The human sentence.
+    pub message: String,
+    /// When, Unix milliseconds.
+    pub time: Millis,
+}
+
+/// The API's answer for one fleet: waves → clusters → step, weights, analysis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetView {
+    /// The FleetRollout.
+    pub name: String,
+    /// The fleet revision.
+    pub revision: String,
+    /// Its image.
+    pub image: String,
+    /// The image clusters ran before.
+    pub previous_image: String,
+    /// `Progressing`, `Paused`, `Completed`, `Halted`, `Aborted`.
+    pub phase: String,
+    /// Why.
+    pub message: String,
+    /// The wave in progress, 1-based.
+    pub wave: usize,
+    /// Whether an operator paused it.
+    pub paused: bool,
+    /// The waves.
+    pub waves: Vec<WaveView>,
+}
+
+/// One wave of a [`FleetView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveView {
+    /// 1-based.
+    pub index: usize,
+    /// Unix ms, or null.
+    pub started_at: Option<Millis>,
+    /// Unix ms, or null.
+    pub completed_at: Option<Millis>,
+    /// Its clusters.
+    pub clusters: Vec<ClusterView>,
+}
+
+/// One cluster of a [`FleetView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    /// The cluster.
+    pub name: String,
+    /// The fleet status: `NotStarted`, `Progressing`, `Validated`, `Paused`, `RolledBack`,
+    /// `Held`, `Skipped`.
+    pub status: String,
+    /// Why.
+    pub reason: String,
+    /// Whether it answered at the last tick.
+    pub reachable: bool,
+    /// The rollout's phase (`Progressing`, `Paused`, `Healthy`, `Degraded`).
+    pub rollout_phase: String,
+    /// The rollout's message.
+    pub rollout_message: String,
+    /// The canary step, `current/total`, when a canary.
+    pub step: Option<String>,
+    /// The weights in effect (canary, stable), as last observed.
+    pub weights: Option<(i32, i32)>,
+    /// The canary weight the engine asked for.
+    pub desired_weight: Option<i32>,
+    /// The stable revision's image version.
+    pub stable_version: Option<String>,
+    /// The current revision's image version.
+    pub current_version: Option<String>,
+    /// The failure that rolled it back.
+    pub failure: Option<FailureView>,
+    /// Unix ms.
+    pub started_at: Option<Millis>,
+    /// Unix ms.
+    pub decided_at: Option<Millis>,
+    /// Its analysis runs.
+    pub analysis: Vec<RunView>,
+}
+
+/// A failure of a [`ClusterView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureView {
+    /// The metric.
+    pub metric: String,
+    /// Its value.
+    pub value: String,
+    /// The verdict's message.
+    pub message: String,
+}
+
+/// One analysis run of a [`ClusterView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    /// Which run (`background`, `step-3`, …) and revision.
+    pub name: String,
+    /// Its phase.
+    pub phase: String,
+    /// Its message.
+    pub message: String,
+    /// Its metrics.
+    pub metrics: Vec<MetricView>,
+}
+
+/// One metric of a [`RunView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricView {
+    /// The metric.
+    pub name: String,
+    /// Its phase.
+    pub phase: String,
+    /// Measurements taken.
+    pub count: u32,
+    /// Failed measurements.
+    pub failed: u32,
+    /// The latest value.
+    pub value: Option<String>,
+    /// The latest verdict's message.
+    pub message: Option<String>,
+}
+
+/// A fleet in the list answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetSummary {
+    /// The FleetRollout.
+    pub name: String,
+    /// The fleet revision.
+    pub revision: String,
+    /// Its image.
+    pub image: String,
+    /// The phase.
+    pub phase: String,
+    /// The wave in progress, 1-based.
+    pub wave: usize,
+    /// Of how many.
+    pub waves: usize,
+    /// Why.
+    pub message: String,
+}
+
+/// One cluster rollout in detail (`get rollout NAME --cluster C`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    /// The fleet's view of the cluster.
+    pub cluster: ClusterView,
+    /// Revisions the engine knows: (number, hash, version).
+    pub revisions: Vec<(u32, String, String)>,
+    /// The engine's pause conditions.
+    pub pause_conditions: Vec<String>,
+    /// Whether aborted.
+    pub abort: bool,
+    /// Replicas the engine asked for, per revision.
+    pub desired_replicas: BTreeMap<u32, i32>,
+}

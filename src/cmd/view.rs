@@ -1,0 +1,128 @@
+//! Drawing a fleet for humans: the tree `get fleet` and the demo show (waves → clusters → step,
+//! weights, analysis runs with their latest values and verdicts).
+
+use std::fmt::Write;
+
+use flotilla_runtime::controller::record::{ClusterView, FleetView};
+
+fn icon(status: &str) -> &'static str {
+    match status {
+        "Validated" => "✔",
+        "Progressing" => "◌",
+        "Paused" => "॥",
+        "RolledBack" => "✖",
+        "Held" => "⊘",
+        "Skipped" => "↷",
+        _ => "·",
+    }
+}
+
+fn clock(ms: Option<i64>) -> String {
+    ms.map_or_else(String::new, |ms| {
+        let s = ms / 1000;
+        format!("{:02}:{:02}:{:02}", (s / 3600) % 24, (s / 60) % 60, s % 60)
+    })
+}
+
+/// The tree of one fleet, as lines.
+pub fn render(view: &FleetView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Name:       {}", view.name);
+    let _ = writeln!(
+        out,
+        "Revision:   {} ({}, from {})",
+        view.revision, view.image, view.previous_image
+    );
+    let _ = writeln!(
+        out,
+        "Status:     {}{}  wave {}/{}",
+        view.phase,
+        if view.paused { " (paused)" } else { "" },
+        view.wave,
+        view.waves.len()
+    );
+    if !view.message.is_empty() {
+        let _ = writeln!(out, "Message:    {}", view.message);
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<28} {:<12} {:<6} {:<8} {:<16} INFO",
+        "WAVE / CLUSTER", "STATUS", "STEP", "WEIGHT", "VERSION"
+    );
+    for wave in &view.waves {
+        let state = match (wave.started_at, wave.completed_at) {
+            (_, Some(done)) => format!("completed {}", clock(Some(done))),
+            (Some(start), None) => format!("started {}", clock(Some(start))),
+            _ => "not started".into(),
+        };
+        let _ = writeln!(out, "wave {}  {state}", wave.index);
+        for cluster in &wave.clusters {
+            render_cluster(&mut out, cluster);
+        }
+    }
+    out
+}
+
+fn render_cluster(out: &mut String, c: &ClusterView) {
+    let weight = c
+        .weights
+        .map_or_else(|| "-".to_owned(), |(canary, stable)| format!("{canary}/{stable}"));
+    let version = match (&c.stable_version, &c.current_version) {
+        (Some(s), Some(cur)) if s != cur => format!("{s}→{cur}"),
+        (Some(s), _) => s.clone(),
+        (None, Some(cur)) => cur.clone(),
+        _ => "-".into(),
+    };
+    let info = if !c.reachable {
+        "unreachable".to_owned()
+    } else {
+        c.reason.clone()
+    };
+    let _ = writeln!(
+        out,
+        "  {} {:<24} {:<12} {:<6} {:<8} {:<16} {}",
+        icon(&c.status),
+        c.name,
+        c.status,
+        c.step.as_deref().unwrap_or("-"),
+        weight,
+        version,
+        info
+    );
+    if let Some(f) = &c.failure {
+        let _ = writeln!(out, "      ✖ {} = {}: {}", f.metric, f.value, f.message);
+    }
+    for run in &c.analysis {
+        let metrics: Vec<String> = run
+            .metrics
+            .iter()
+            .map(|m| {
+                let mark = match m.phase.as_str() {
+                    "Successful" => "✔",
+                    "Failed" => "✖",
+                    "Error" => "⚠",
+                    "Inconclusive" => "?",
+                    _ => "…",
+                };
+                format!(
+                    "{}={} {mark}({}{})",
+                    m.name,
+                    m.value.as_deref().unwrap_or("-"),
+                    m.count,
+                    if m.failed > 0 {
+                        format!(", {} failed", m.failed)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "      ⎿ {} {}  {}",
+            run.name,
+            run.phase,
+            metrics.join("  ")
+        );
+    }
+}

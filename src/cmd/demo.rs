@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,14 +16,16 @@ use flotilla_agent::AgentClient;
 use flotilla_agent::control::WindowQuery;
 use flotilla_agent::loadgen::{self, Target};
 use flotilla_runtime::controller::client::ApiClient;
-use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
+use flotilla_runtime::controller::record::OperatorCommand;
 use serde::Serialize;
+
+use flotilla_runtime::demo::{self, NEW, OLD, SITES, Scenario, judge, outcome_of, settled};
 
 use super::view;
 
 /// The stories the demo tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Scenario {
+pub enum Story {
     /// The new version's extra dependency calls hurt only the cluster far from the database
     /// (prod-us-east): it is rolled back alone, the clusters already validated keep it.
     #[default]
@@ -48,7 +50,7 @@ pub enum DemoOutput {
 pub struct DemoArgs {
     /// Which story.
     #[arg(long, value_enum, default_value_t)]
-    scenario: Scenario,
+    scenario: Story,
     /// Compress pauses, bake times and analysis intervals by this factor (1 to 10).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
@@ -59,27 +61,6 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 40.0)]
     rate: f64,
 }
-
-/// One cluster of seed 000's layout.
-struct Site {
-    name: &'static str,
-    region: &'static str,
-    wave: u32,
-    /// Latency of one call to the database from this cluster (ms).
-    dependency_ms: u32,
-    /// The p95 this cluster is held to (seconds): its own, not a global threshold.
-    max_p95: &'static str,
-}
-
-const SITES: [Site; 4] = [
-    Site { name: "canary-eu-west", region: "eu-west", wave: 1, dependency_ms: 4, max_p95: "0.12" },
-    Site { name: "prod-eu-west", region: "eu-west", wave: 2, dependency_ms: 4, max_p95: "0.12" },
-    Site { name: "prod-us-east", region: "us-east", wave: 3, dependency_ms: 45, max_p95: "0.20" },
-    Site { name: "prod-ap-south", region: "ap-south", wave: 3, dependency_ms: 12, max_p95: "0.16" },
-];
-
-const OLD: &str = "1.8.3";
-const NEW: &str = "1.9.0";
 
 /// The summary: the same cluster fields as `flotilla simulate`.
 #[derive(Debug, Serialize)]
@@ -212,188 +193,6 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn seconds(d: f64, speed: f64) -> String {
-    format!("{}ms", ((d * 1000.0) / speed).round().max(100.0) as u64)
-}
-
-fn agent_config(site: &Site, scenario: Scenario, exe: &Path, seed: u64) -> String {
-    let profile = match scenario {
-        Scenario::Healthy => format!("{NEW}:calls=1"),
-        Scenario::RegionalRegression => format!("{NEW}:calls=6"),
-        Scenario::GlobalRegression => format!("{NEW}:error-rate=0.12"),
-    };
-    format!(
-        r#"cluster: {name}
-router: {{listen: "127.0.0.1:0"}}
-control: {{listen: "127.0.0.1:0"}}
-seed: {seed}
-workload:
-  command: ["{exe}", demo-app, --version, "{{{{version}}}}", --port, "{{{{port}}}}",
-            --base-latency-ms, "15,35", --error-rate, "0.002",
-            --dependency-latency-ms, "{dep}", --dependency-calls, "1", --profile, "{profile}"]
-  readiness: {{path: /healthz, periodMs: 200, timeoutMs: 1000, failureThreshold: 2}}
-  terminationGracePeriodSeconds: 5
-  drainDelayMs: 300
-subsets:
-  stable: {{version: "{OLD}", replicas: 2}}
-  canary: {{version: "{OLD}", replicas: 0}}
-"#,
-        name = site.name,
-        exe = exe.display(),
-        dep = site.dependency_ms,
-    )
-}
-
-fn manifests(agents: &[(String, String)], speed: f64) -> String {
-    let clusters: String = SITES
-        .iter()
-        .zip(agents)
-        .map(|(s, (_, control))| {
-            format!(
-                "    - {{name: {}, region: {}, endpoint: {{agent: \"{control}\"}}}}\n",
-                s.name, s.region
-            )
-        })
-        .collect();
-    let waves: String = SITES
-        .iter()
-        .map(|s| format!("      - {{cluster: {}, wave: {}}}\n", s.name, s.wave))
-        .collect();
-    let overrides: String = SITES
-        .iter()
-        .map(|s| {
-            format!(
-                "    - cluster: {}\n      args: [{{name: max-p95, value: \"{}\"}}]\n",
-                s.name, s.max_p95
-            )
-        })
-        .collect();
-    let pause = seconds(15.0, speed);
-    let interval = seconds(5.0, speed);
-    let bake = seconds(5.0, speed);
-    format!(
-        r#"apiVersion: flotilla.dev/v1alpha1
-kind: Fleet
-metadata: {{name: payments}}
-spec:
-  clusters:
-{clusters}---
-apiVersion: flotilla.dev/v1alpha1
-kind: FleetRollout
-metadata: {{name: payment-api}}
-spec:
-  fleet: payments
-  rollout: payment-api
-  waves:
-    list:
-{waves}  bakeTime: {bake}
-  clusterOverrides:
-{overrides}  failurePolicy: {{rollbackScope: failed}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: Rollout
-metadata: {{name: payment-api}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: payment-api}}}}
-  template:
-    metadata: {{labels: {{app: payment-api}}}}
-    spec:
-      containers: [{{name: payment-api, image: "payment-api:{OLD}"}}]
-  strategy:
-    canary:
-      trafficRouting: {{plugins: {{flotilla/agent: {{}}}}}}
-      analysis:
-        templates: [{{templateName: error-rate}}, {{templateName: latency-p95}}]
-      steps:
-        - setWeight: 25
-        - pause: {{duration: {pause}}}
-        - setWeight: 50
-        - pause: {{duration: {pause}}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: AnalysisTemplate
-metadata: {{name: error-rate}}
-spec:
-  metrics:
-    - name: error-rate
-      initialDelay: {interval}
-      interval: {interval}
-      failureLimit: 1
-      failureCondition: len(result) > 0 && result[0] >= 0.03
-      provider:
-        builtin: {{metric: error-rate, subset: canary, window: 20s, minRequests: 30}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: AnalysisTemplate
-metadata: {{name: latency-p95}}
-spec:
-  args: [{{name: max-p95}}]
-  metrics:
-    - name: latency-p95
-      initialDelay: {interval}
-      interval: {interval}
-      failureLimit: 1
-      failureCondition: len(result) > 0 && result[0] > {{{{args.max-p95}}}}
-      provider:
-        builtin: {{metric: latency, quantile: 0.95, subset: canary, window: 20s, minRequests: 30}}
-"#
-    )
-}
-
-fn outcome_of(status: &str) -> &'static str {
-    match status {
-        "Validated" => "Promoted",
-        "RolledBack" => "RolledBack",
-        "Paused" | "Progressing" => "Paused",
-        "Held" => "Held",
-        "Skipped" => "Skipped",
-        _ => "NotStarted",
-    }
-}
-
-/// Whether the scenario's expected outcome was reached, and what was expected.
-fn judge(scenario: Scenario, view: &FleetView) -> (bool, &'static str) {
-    let outcome = |name: &str| {
-        view.waves
-            .iter()
-            .flat_map(|w| w.clusters.iter())
-            .find(|c| c.name == name)
-            .map(|c| outcome_of(&c.status))
-            .unwrap_or("NotStarted")
-    };
-    match scenario {
-        Scenario::Healthy => (
-            view.phase == "Completed" && SITES.iter().all(|s| outcome(s.name) == "Promoted"),
-            "Completed: every cluster promoted",
-        ),
-        Scenario::RegionalRegression => (
-            view.phase == "Halted"
-                && outcome("prod-us-east") == "RolledBack"
-                && outcome("canary-eu-west") == "Promoted"
-                && outcome("prod-eu-west") == "Promoted"
-                && matches!(outcome("prod-ap-south"), "Promoted" | "Paused"),
-            "Halted: prod-us-east rolled back alone; the eu-west clusters keep the new version; prod-ap-south promoted or paused",
-        ),
-        Scenario::GlobalRegression => (
-            view.phase == "Halted"
-                && outcome("canary-eu-west") == "RolledBack"
-                && ["prod-eu-west", "prod-us-east", "prod-ap-south"]
-                    .iter()
-                    .all(|c| outcome(c) == "Held"),
-            "Halted in wave 1: canary-eu-west rolled back, every other cluster held",
-        ),
-    }
-}
-
-fn settled(view: &FleetView) -> bool {
-    matches!(view.phase.as_str(), "Completed" | "Halted" | "Aborted")
-        && view.waves.iter().flat_map(|w| w.clusters.iter()).all(|c| {
-            c.status != "Progressing"
-                && (c.status != "RolledBack" || c.weights.is_some_and(|(canary, _)| canary == 0))
-        })
-}
-
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if !(1.0..=10.0).contains(&args.speed) {
         bail!("--speed must be between 1 and 10, not {}", args.speed);
@@ -442,6 +241,11 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         }
     };
     let exe = std::env::current_exe()?;
+    let scenario = match args.scenario {
+        Story::RegionalRegression => Scenario::RegionalRegression,
+        Story::Healthy => Scenario::Healthy,
+        Story::GlobalRegression => Scenario::GlobalRegression,
+    };
     say(&format!(
         "flotilla demo: scenario {:?}, 4 clusters in 3 waves, {} requests/s each",
         args.scenario, args.rate
@@ -450,7 +254,7 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     let mut agents = Vec::new();
     for (i, site) in SITES.iter().enumerate() {
         let path = processes.dir.join(format!("{}.yaml", site.name));
-        std::fs::write(&path, agent_config(site, args.scenario, &exe, 42 + i as u64))?;
+        std::fs::write(&path, demo::agent_config(site, scenario, &exe, 42 + i as u64, 0.002))?;
         let line = processes.start(site.name, &["agent", "--config", &path.display().to_string()])?;
         let event: serde_json::Value = serde_json::from_str(&line)
             .with_context(|| format!("unexpected output from agent {}: {line}", site.name))?;
@@ -460,7 +264,8 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     }
     // The controller.
     let manifests_path = processes.dir.join("manifests.yaml");
-    std::fs::write(&manifests_path, manifests(&agents, args.speed))?;
+    let controls: Vec<String> = agents.iter().map(|(_, c)| c.clone()).collect();
+    std::fs::write(&manifests_path, demo::manifests(&controls, args.speed))?;
     let config_path = processes.dir.join("serve.yaml");
     let mut config = std::fs::File::create(&config_path)?;
     writeln!(
@@ -558,7 +363,7 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     // Give the load a last chunk on the final configuration, then stop it.
     let _ = stop_tx.send(true);
     let load = load.await.unwrap_or_default();
-    let (passed, expected) = judge(args.scenario, &view);
+    let (passed, expected) = judge(scenario, &view);
     let mut clusters = Vec::new();
     for (wave, cluster) in view.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w.index, c))) {
         let i = SITES.iter().position(|s| s.name == cluster.name).unwrap_or(0);

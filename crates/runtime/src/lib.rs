@@ -3,4 +3,5 @@
 
 pub mod analysis;
 pub mod controller;
+pub mod demo;
 pub mod files;

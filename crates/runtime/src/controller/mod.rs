@@ -277,11 +277,11 @@ pub async fn serve(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), ServeError> {
     let desired = load_desired(&config.manifests)?;
-    let store = Arc::new(Store::open(&config.store)?);
-    let token = token(&config.token_file)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", config.listen)))?;
+    let store = Arc::new(Store::open(&config.store)?);
+    let token = token(&config.token_file)?;
     let address = listener
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;

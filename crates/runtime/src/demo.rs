@@ -1,0 +1,245 @@
+//! The demo fleet of seed 000 as data: four clusters in three waves, each with its own
+//! dependency latency and p95 objective, the agents' configurations and the manifests the
+//! controller runs. Shared by `flotilla demo` and the end-to-end tests.
+
+use std::path::Path;
+
+use crate::controller::record::FleetView;
+
+/// The stories the demo tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scenario {
+    /// The new version's extra dependency calls hurt only the cluster far from the database
+    /// (prod-us-east): it is rolled back alone, the clusters already validated keep it.
+    #[default]
+    RegionalRegression,
+    /// A good release: every cluster promoted, wave after wave.
+    Healthy,
+    /// The new version fails everywhere: caught in wave 1, nothing beyond it is touched.
+    GlobalRegression,
+}
+
+/// One cluster of seed 000's layout.
+#[derive(Debug)]
+pub struct Site {
+    /// The cluster.
+    pub name: &'static str,
+    /// Its region.
+    pub region: &'static str,
+    /// Its wave.
+    pub wave: u32,
+    /// Latency of one call to the database from this cluster (ms).
+    pub dependency_ms: u32,
+    /// The p95 this cluster is held to (seconds): its own, not a global threshold.
+    pub max_p95: &'static str,
+}
+
+/// Seed 000's clusters: prod-us-east sits far from the database.
+pub const SITES: [Site; 4] = [
+    Site { name: "canary-eu-west", region: "eu-west", wave: 1, dependency_ms: 4, max_p95: "0.12" },
+    Site { name: "prod-eu-west", region: "eu-west", wave: 2, dependency_ms: 4, max_p95: "0.12" },
+    Site { name: "prod-us-east", region: "us-east", wave: 3, dependency_ms: 45, max_p95: "0.20" },
+    Site { name: "prod-ap-south", region: "ap-south", wave: 3, dependency_ms: 12, max_p95: "0.16" },
+];
+
+/// The version every cluster runs at first.
+pub const OLD: &str = "1.8.3";
+/// The version the demo releases.
+pub const NEW: &str = "1.9.0";
+
+fn seconds(d: f64, speed: f64) -> String {
+    format!("{}ms", ((d * 1000.0) / speed).round().max(100.0) as u64)
+}
+
+/// One agent's configuration: the demo service as its workload (one template for every
+/// version; the story's new-version behaviour comes from `--profile`), both subsets on the old
+/// version, the router and control API on free loopback ports.
+pub fn agent_config(
+    site: &Site,
+    scenario: Scenario,
+    exe: &Path,
+    seed: u64,
+    base_error_rate: f64,
+) -> String {
+    let profile = match scenario {
+        Scenario::Healthy => format!("{NEW}:calls=1"),
+        Scenario::RegionalRegression => format!("{NEW}:calls=6"),
+        Scenario::GlobalRegression => format!("{NEW}:error-rate=0.12"),
+    };
+    format!(
+        r#"cluster: {name}
+router: {{listen: "127.0.0.1:0"}}
+control: {{listen: "127.0.0.1:0"}}
+seed: {seed}
+workload:
+  command: ["{exe}", demo-app, --version, "{{{{version}}}}", --port, "{{{{port}}}}",
+            --base-latency-ms, "15,35", --error-rate, "{base_error_rate}",
+            --dependency-latency-ms, "{dep}", --dependency-calls, "1", --profile, "{profile}"]
+  readiness: {{path: /healthz, periodMs: 200, timeoutMs: 1000, failureThreshold: 2}}
+  terminationGracePeriodSeconds: 5
+  drainDelayMs: 300
+subsets:
+  stable: {{version: "{OLD}", replicas: 2}}
+  canary: {{version: "{OLD}", replicas: 0}}
+"#,
+        name = site.name,
+        exe = exe.display(),
+        dep = site.dependency_ms,
+    )
+}
+
+/// The manifests: seed 000's Fleet (the agents' control APIs), the FleetRollout (three waves,
+/// each cluster held to its own p95), the Rollout and two builtin-metric templates; pauses,
+/// bake and intervals divided by `speed`.
+pub fn manifests(controls: &[String], speed: f64) -> String {
+    let clusters: String = SITES
+        .iter()
+        .zip(controls)
+        .map(|(s, control)| {
+            format!(
+                "    - {{name: {}, region: {}, endpoint: {{agent: \"{control}\"}}}}\n",
+                s.name, s.region
+            )
+        })
+        .collect();
+    let waves: String = SITES
+        .iter()
+        .map(|s| format!("      - {{cluster: {}, wave: {}}}\n", s.name, s.wave))
+        .collect();
+    let overrides: String = SITES
+        .iter()
+        .map(|s| {
+            format!(
+                "    - cluster: {}\n      args: [{{name: max-p95, value: \"{}\"}}]\n",
+                s.name, s.max_p95
+            )
+        })
+        .collect();
+    let pause = seconds(15.0, speed);
+    let interval = seconds(5.0, speed);
+    let bake = seconds(5.0, speed);
+    format!(
+        r#"apiVersion: flotilla.dev/v1alpha1
+kind: Fleet
+metadata: {{name: payments}}
+spec:
+  clusters:
+{clusters}---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {{name: payment-api}}
+spec:
+  fleet: payments
+  rollout: payment-api
+  waves:
+    list:
+{waves}  bakeTime: {bake}
+  clusterOverrides:
+{overrides}  failurePolicy: {{rollbackScope: failed}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {{name: payment-api}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: payment-api}}}}
+  template:
+    metadata: {{labels: {{app: payment-api}}}}
+    spec:
+      containers: [{{name: payment-api, image: "payment-api:{OLD}"}}]
+  strategy:
+    canary:
+      trafficRouting: {{plugins: {{flotilla/agent: {{}}}}}}
+      analysis:
+        templates: [{{templateName: error-rate}}, {{templateName: latency-p95}}]
+      steps:
+        - setWeight: 25
+        - pause: {{duration: {pause}}}
+        - setWeight: 50
+        - pause: {{duration: {pause}}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: error-rate}}
+spec:
+  metrics:
+    - name: error-rate
+      initialDelay: {interval}
+      interval: {interval}
+      failureLimit: 1
+      failureCondition: len(result) > 0 && result[0] >= 0.03
+      provider:
+        builtin: {{metric: error-rate, subset: canary, window: 20s, minRequests: 30}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: latency-p95}}
+spec:
+  args: [{{name: max-p95}}]
+  metrics:
+    - name: latency-p95
+      initialDelay: {interval}
+      interval: {interval}
+      failureLimit: 1
+      failureCondition: len(result) > 0 && result[0] > {{{{args.max-p95}}}}
+      provider:
+        builtin: {{metric: latency, quantile: 0.95, subset: canary, window: 20s, minRequests: 30}}
+"#
+    )
+}
+
+/// A fleet status as `flotilla simulate` names the cluster outcome.
+pub fn outcome_of(status: &str) -> &'static str {
+    match status {
+        "Validated" => "Promoted",
+        "RolledBack" => "RolledBack",
+        "Paused" | "Progressing" => "Paused",
+        "Held" => "Held",
+        "Skipped" => "Skipped",
+        _ => "NotStarted",
+    }
+}
+
+/// Whether the scenario's expected outcome was reached, and what was expected.
+pub fn judge(scenario: Scenario, view: &FleetView) -> (bool, &'static str) {
+    let outcome = |name: &str| {
+        view.waves
+            .iter()
+            .flat_map(|w| w.clusters.iter())
+            .find(|c| c.name == name)
+            .map(|c| outcome_of(&c.status))
+            .unwrap_or("NotStarted")
+    };
+    match scenario {
+        Scenario::Healthy => (
+            view.phase == "Completed" && SITES.iter().all(|s| outcome(s.name) == "Promoted"),
+            "Completed: every cluster promoted",
+        ),
+        Scenario::RegionalRegression => (
+            view.phase == "Halted"
+                && outcome("prod-us-east") == "RolledBack"
+                && outcome("canary-eu-west") == "Promoted"
+                && outcome("prod-eu-west") == "Promoted"
+                && matches!(outcome("prod-ap-south"), "Promoted" | "Paused"),
+            "Halted: prod-us-east rolled back alone; the eu-west clusters keep the new version; prod-ap-south promoted or paused",
+        ),
+        Scenario::GlobalRegression => (
+            view.phase == "Halted"
+                && outcome("canary-eu-west") == "RolledBack"
+                && ["prod-eu-west", "prod-us-east", "prod-ap-south"]
+                    .iter()
+                    .all(|c| outcome(c) == "Held"),
+            "Halted in wave 1: canary-eu-west rolled back, every other cluster held",
+        ),
+    }
+}
+
+/// Whether the fleet reached a final phase and nothing is still moving toward it.
+pub fn settled(view: &FleetView) -> bool {
+    matches!(view.phase.as_str(), "Completed" | "Halted" | "Aborted")
+        && view.waves.iter().flat_map(|w| w.clusters.iter()).all(|c| {
+            c.status != "Progressing"
+                && (c.status != "RolledBack" || c.weights.is_some_and(|(canary, _)| canary == 0))
+        })
+}
+

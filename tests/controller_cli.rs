@@ -1,0 +1,506 @@
+//! End-to-end tests of the controller with real processes on loopback: `flotilla demo` in each
+//! scenario, and `flotilla serve` driving four real agents (each running the demo service as
+//! process workloads) under load: `kill -9` mid-wave, an abort accepted just before a crash,
+//! authentication, a webhook receiver, and bad configurations. Nothing is mocked.
+//!
+//! The tests that start fleets hold one lock so that they never share the machine's two cores
+//! (their latency objectives are real).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_agent::loadgen::{self, Target};
+use flotilla_runtime::controller::client::ApiClient;
+use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
+use flotilla_runtime::demo::{self, NEW, SITES, Scenario};
+
+static MACHINE: Mutex<()> = Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn flotilla() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+}
+
+fn first_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("read the first line");
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    line
+}
+
+fn json_field(line: &str, field: &str) -> String {
+    let value: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+    value[field].as_str().expect("field").to_owned()
+}
+
+/// Four agents and a daemon over one temporary directory.
+struct Lab {
+    dir: tempfile::TempDir,
+    agents: Vec<Child>,
+    routers: Vec<String>,
+    serve: Option<Child>,
+    api: String,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut serve) = self.serve.take() {
+            let _ = serve.kill();
+            let _ = serve.wait();
+        }
+        for agent in &self.agents {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(agent.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        for agent in self.agents.iter_mut() {
+            let _ = agent.wait();
+        }
+    }
+}
+
+impl Lab {
+    /// Starts the agents and writes the manifests and the daemon's configuration.
+    fn new(scenario: Scenario, speed: f64, extra_config: &str) -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_flotilla"));
+        let mut agents = Vec::new();
+        let mut routers = Vec::new();
+        let mut controls = Vec::new();
+        for (i, site) in SITES.iter().enumerate() {
+            let path = dir.path().join(format!("{}.yaml", site.name));
+            std::fs::write(&path, demo::agent_config(site, scenario, &exe, 7 + i as u64, 0.0)).unwrap();
+            let mut child = flotilla()
+                .args(["agent", "--config"])
+                .arg(&path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let line = first_line(&mut child);
+            routers.push(format!("http://{}", json_field(&line, "router")));
+            controls.push(format!("http://{}", json_field(&line, "control")));
+            agents.push(child);
+        }
+        std::fs::write(dir.path().join("manifests.yaml"), demo::manifests(&controls, speed)).unwrap();
+        std::fs::write(
+            dir.path().join("serve.yaml"),
+            format!(
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n{extra_config}"
+            ),
+        )
+        .unwrap();
+        let mut lab = Lab {
+            dir,
+            agents,
+            routers,
+            serve: None,
+            api: String::new(),
+        };
+        lab.start_serve();
+        lab
+    }
+
+    fn start_serve(&mut self) {
+        let mut child = flotilla()
+            .args(["serve", "--config"])
+            .arg(self.dir.path().join("serve.yaml"))
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(self.dir.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let line = first_line(&mut child);
+        assert!(!line.is_empty(), "serve did not start: {}", self.log());
+        self.api = format!("http://{}", json_field(&line, "api"));
+        self.serve = Some(child);
+    }
+
+    fn kill_serve(&mut self) {
+        let mut serve = self.serve.take().expect("serve runs");
+        serve.kill().unwrap(); // SIGKILL
+        serve.wait().unwrap();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn client(&self) -> ApiClient {
+        let token = std::fs::read_to_string(self.dir.path().join("state.redb.token")).unwrap();
+        ApiClient::new(&self.api, Some(token.trim().to_owned()))
+    }
+
+    async fn fleet(&self) -> FleetView {
+        self.client().fleet("payment-api").await.unwrap()
+    }
+
+    async fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&FleetView) -> bool) -> FleetView {
+        let deadline = Instant::now() + limit;
+        loop {
+            let view = self.fleet().await;
+            if done(&view) {
+                return view;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {view:#?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn release(&self) {
+        self.wait_for("the first revision to settle", Duration::from_secs(60), |v| {
+            v.phase == "Completed"
+        })
+        .await;
+        self.client()
+            .command(
+                "payment-api",
+                &OperatorCommand::SetImage {
+                    container: None,
+                    image: format!("payment-api:{NEW}"),
+                },
+            )
+            .await
+            .unwrap();
+        self.wait_for("the new revision", Duration::from_secs(10), |v| {
+            v.image.ends_with(NEW)
+        })
+        .await;
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.routers
+            .iter()
+            .map(|r| Target::new(format!("{r}/pay")))
+            .collect()
+    }
+}
+
+fn cluster<'a>(view: &'a FleetView, name: &str) -> &'a flotilla_runtime::controller::record::ClusterView {
+    view.waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .find(|c| c.name == name)
+        .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `flotilla demo` reaches each scenario's expected outcome, exits 0, and no request of its
+/// load goes unanswered.
+#[test]
+fn every_demo_scenario_reaches_its_expected_outcome() {
+    let _machine = exclusive();
+    for scenario in ["healthy", "regional-regression", "global-regression"] {
+        let output = flotilla()
+            .args(["demo", "--scenario", scenario, "--speed", "2", "--output", "json"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{scenario}: {}\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["passed"], true, "{scenario}: {summary:#}");
+        assert_eq!(summary["load"]["failed"], 0, "{scenario}: {summary:#}");
+        let clusters = summary["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 4);
+        for c in clusters {
+            for field in ["name", "wave", "outcome", "startedAt", "decidedAt", "reason", "failure", "badRequests"] {
+                assert!(c.get(field).is_some(), "{scenario}: {field} missing in {c}");
+            }
+        }
+        if scenario == "regional-regression" {
+            let us = clusters.iter().find(|c| c["name"] == "prod-us-east").unwrap();
+            assert_eq!(us["failure"]["metric"], "latency-p95", "{us}");
+        }
+    }
+}
+
+/// `kill -9` of the daemon in the middle of wave 2 under load: the agents keep serving (no
+/// request fails), and after a restart the fleet completes with the same outcome and no wave
+/// runs again.
+#[test]
+fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut lab = Lab::new(Scenario::Healthy, 2.0, "");
+        let targets = lab.targets();
+        let load = tokio::spawn(async move {
+            loadgen::run(&targets, 40.0, Duration::from_secs(100), u64::MAX).await.unwrap()
+        });
+        lab.release().await;
+        let before = lab
+            .wait_for("wave 2 in progress", Duration::from_secs(60), |v| {
+                v.wave == 2 && cluster(v, "prod-eu-west").status == "Progressing"
+            })
+            .await;
+        lab.kill_serve();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        lab.start_serve();
+        let after = lab
+            .wait_for("completion", Duration::from_secs(120), |v| v.phase == "Completed")
+            .await;
+        for name in ["canary-eu-west", "prod-eu-west", "prod-us-east", "prod-ap-south"] {
+            assert_eq!(cluster(&after, name).status, "Validated", "{name}: {after:#?}");
+        }
+        // Wave 1 was not run again: same start and completion.
+        assert_eq!(after.waves[0].started_at, before.waves[0].started_at);
+        assert_eq!(after.waves[0].completed_at, before.waves[0].completed_at);
+        assert_eq!(
+            cluster(&after, "prod-eu-west").started_at,
+            cluster(&before, "prod-eu-west").started_at
+        );
+        let history: Vec<_> = lab
+            .client()
+            .history("payment-api")
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.revision == after.revision)
+            .collect();
+        let wave1 = history
+            .iter()
+            .filter(|e| e.kind == "wave" && e.message.contains("wave 1 completed"))
+            .count();
+        assert_eq!(wave1, 1, "{history:#?}");
+        let starts = history
+            .iter()
+            .filter(|e| e.kind == "advance" && e.message.starts_with("prod-eu-west starts"))
+            .count();
+        assert_eq!(starts, 1, "{history:#?}");
+        let report = load.await.unwrap();
+        assert_eq!(report.failed, 0, "{report:#?}");
+        assert_eq!(report.status_counts.keys().copied().collect::<Vec<_>>(), vec![200], "{report:#?}");
+    });
+}
+
+/// An abort answered 202 and followed at once by `kill -9` is in effect after the restart; the
+/// webhook receiver gets the notifications; mutating calls without the token are refused.
+#[test]
+fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let received = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let hook = {
+            let received = received.clone();
+            let app = axum::Router::new().route(
+                "/hook",
+                axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+                    let received = received.clone();
+                    async move {
+                        received.lock().unwrap().push(body.0);
+                        "ok"
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            address
+        };
+        let mut lab = Lab::new(
+            Scenario::Healthy,
+            3.0,
+            &format!("notifications:\n  - {{name: test, url: \"http://{hook}/hook\"}}\n"),
+        );
+        lab.release().await;
+        // Reads are open; mutations need the token.
+        let anonymous = ApiClient::new(&lab.api, None);
+        anonymous.fleet("payment-api").await.unwrap();
+        let refused = anonymous
+            .command("payment-api", &OperatorCommand::Abort { cluster: None })
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("Bearer"), "{refused}");
+        let wrong = ApiClient::new(&lab.api, Some("wrong".into()));
+        let refused = wrong
+            .command("payment-api", &OperatorCommand::Pause)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("token is wrong"), "{refused}");
+        let unknown = lab
+            .client()
+            .command("payment-api", &OperatorCommand::Abort { cluster: Some("nowhere".into()) })
+            .await
+            .unwrap_err();
+        assert!(unknown.to_string().contains("not a target"), "{unknown}");
+        assert_eq!(lab.fleet().await.phase, "Progressing");
+        lab.wait_for("wave 1 in progress", Duration::from_secs(30), |v| {
+            cluster(v, "canary-eu-west").status == "Progressing"
+        })
+        .await;
+        let message = lab
+            .client()
+            .command("payment-api", &OperatorCommand::Abort { cluster: None })
+            .await
+            .unwrap();
+        assert!(message.contains("abort accepted"), "{message}");
+        lab.kill_serve();
+        lab.start_serve();
+        let view = lab
+            .wait_for("the abort", Duration::from_secs(30), |v| v.phase == "Aborted")
+            .await;
+        assert_eq!(cluster(&view, "prod-us-east").status, "Held");
+        lab.wait_for("the canary back on its stable", Duration::from_secs(30), |v| {
+            cluster(v, "canary-eu-west").weights == Some((0, 100))
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let events: Vec<String> = received
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|n| n["event"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            if events.iter().any(|e| e == "fleet-aborted") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no fleet-aborted notification: {events:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let history = lab.client().history("payment-api").await.unwrap();
+        assert!(
+            history.iter().any(|e| e.kind == "command" && e.message == "abort" && e.operator.is_some()),
+            "{history:#?}"
+        );
+    });
+}
+
+/// A failing analysis reaches the webhook receiver as `rollout-aborted` naming the cluster,
+/// the failing metric and its value (Slack-compatible body included).
+#[test]
+fn the_webhook_names_the_failing_metric() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let received = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let app = {
+            let received = received.clone();
+            axum::Router::new().route(
+                "/{sink}",
+                axum::routing::post(
+                    move |axum::extract::Path(sink): axum::extract::Path<String>,
+                          body: axum::Json<serde_json::Value>| {
+                        let received = received.clone();
+                        async move {
+                            received.lock().unwrap().push(serde_json::json!({"sink": sink, "body": body.0}));
+                            "ok"
+                        }
+                    },
+                ),
+            )
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hook = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let lab = Lab::new(
+            Scenario::GlobalRegression,
+            2.0,
+            &format!(
+                "notifications:\n  - {{name: generic, url: \"http://{hook}/generic\"}}\n  - {{name: slack, url: \"http://{hook}/slack\", format: slack, events: [rollout-aborted]}}\n"
+            ),
+        );
+        let targets = lab.targets();
+        let load = tokio::spawn(async move {
+            loadgen::run(&targets, 40.0, Duration::from_secs(60), u64::MAX).await.unwrap()
+        });
+        lab.release().await;
+        lab.wait_for("the halt", Duration::from_secs(60), |v| v.phase == "Halted").await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (generic, slack) = loop {
+            let all = received.lock().unwrap().clone();
+            let generic = all.iter().find(|n| n["sink"] == "generic" && n["body"]["event"] == "rollout-aborted").cloned();
+            let slack = all.iter().find(|n| n["sink"] == "slack").cloned();
+            if let (Some(g), Some(s)) = (generic, slack) {
+                break (g, s);
+            }
+            assert!(Instant::now() < deadline, "notifications: {all:#?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(generic["body"]["cluster"], "canary-eu-west", "{generic}");
+        assert_eq!(generic["body"]["metric"], "error-rate", "{generic}");
+        assert!(generic["body"]["value"].as_str().is_some_and(|v| v.starts_with('[')), "{generic}");
+        let text = slack["body"]["text"].as_str().unwrap();
+        assert!(text.contains("error-rate") && text.contains("canary-eu-west"), "{text}");
+        load.abort();
+    });
+}
+
+/// A bad configuration or bad manifests: a precise error, exit 2, and nothing started (no
+/// store, no token, no listener).
+#[test]
+fn a_bad_configuration_is_refused_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let serve = |config: &Path| flotilla().args(["serve", "--config"]).arg(config).output().unwrap();
+    // The daemon's own file: an unknown field.
+    let config = write("serve.yaml", "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\ntick: 1s\nnotification: []\n");
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("serve.yaml:5:1") && stderr.contains("unknown field `notification`"), "{stderr}");
+    // The manifests: a setWeight out of range, named by file, line and field path.
+    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0).replace("setWeight: 50", "setWeight: 150");
+    write("m.yaml", &manifests);
+    let config = write("serve.yaml", "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\n");
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("m.yaml:") && stderr.contains("steps[2].setWeight"), "{stderr}");
+    // A cluster the daemon cannot drive.
+    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0)
+        .replacen("endpoint: {agent: \"http://127.0.0.1:1\"}", "endpoint: {kubernetes: {server: \"https://127.0.0.1:6443\"}}", 1);
+    write("m.yaml", &manifests);
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("spec.clusters[0].endpoint") && stderr.contains("drives only agents"), "{stderr}");
+    assert!(!dir.path().join("s.redb").exists(), "a store was created");
+    assert!(!dir.path().join("s.redb.token").exists(), "a token was created");
+    // A port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    write("m.yaml", &demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0));
+    let config = write(
+        "serve.yaml",
+        &format!("store: s.redb\nmanifests: m.yaml\nlisten: \"{}\"\n", taken.local_addr().unwrap()),
+    );
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+}

@@ -84,7 +84,11 @@ impl Lab {
         let mut controls = Vec::new();
         for (i, site) in SITES.iter().enumerate() {
             let path = dir.path().join(format!("{}.yaml", site.name));
-            std::fs::write(&path, demo::agent_config(site, scenario, &exe, 7 + i as u64, 0.0)).unwrap();
+            std::fs::write(
+                &path,
+                demo::agent_config(site, scenario, &exe, 7 + i as u64, 0.0),
+            )
+            .unwrap();
             let mut child = flotilla()
                 .args(["agent", "--config"])
                 .arg(&path)
@@ -97,7 +101,11 @@ impl Lab {
             controls.push(format!("http://{}", json_field(&line, "control")));
             agents.push(child);
         }
-        std::fs::write(dir.path().join("manifests.yaml"), demo::manifests(&controls, speed)).unwrap();
+        std::fs::write(
+            dir.path().join("manifests.yaml"),
+            demo::manifests(&controls, speed),
+        )
+        .unwrap();
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
@@ -149,7 +157,12 @@ impl Lab {
         self.client().fleet("payment-api").await.unwrap()
     }
 
-    async fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&FleetView) -> bool) -> FleetView {
+    async fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&FleetView) -> bool,
+    ) -> FleetView {
         let deadline = Instant::now() + limit;
         loop {
             let view = self.fleet().await;
@@ -166,9 +179,11 @@ impl Lab {
     }
 
     async fn release(&self) {
-        self.wait_for("the first revision to settle", Duration::from_secs(60), |v| {
-            v.phase == "Completed"
-        })
+        self.wait_for(
+            "the first revision to settle",
+            Duration::from_secs(60),
+            |v| v.phase == "Completed",
+        )
         .await;
         self.client()
             .command(
@@ -194,7 +209,10 @@ impl Lab {
     }
 }
 
-fn cluster<'a>(view: &'a FleetView, name: &str) -> &'a flotilla_runtime::controller::record::ClusterView {
+fn cluster<'a>(
+    view: &'a FleetView,
+    name: &str,
+) -> &'a flotilla_runtime::controller::record::ClusterView {
     view.waves
         .iter()
         .flat_map(|w| w.clusters.iter())
@@ -217,7 +235,15 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
     let _machine = exclusive();
     for scenario in ["healthy", "regional-regression", "global-regression"] {
         let output = flotilla()
-            .args(["demo", "--scenario", scenario, "--speed", "2", "--output", "json"])
+            .args([
+                "demo",
+                "--scenario",
+                scenario,
+                "--speed",
+                "2",
+                "--output",
+                "json",
+            ])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -233,12 +259,24 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
         let clusters = summary["clusters"].as_array().unwrap();
         assert_eq!(clusters.len(), 4);
         for c in clusters {
-            for field in ["name", "wave", "outcome", "startedAt", "decidedAt", "reason", "failure", "badRequests"] {
+            for field in [
+                "name",
+                "wave",
+                "outcome",
+                "startedAt",
+                "decidedAt",
+                "reason",
+                "failure",
+                "badRequests",
+            ] {
                 assert!(c.get(field).is_some(), "{scenario}: {field} missing in {c}");
             }
         }
         if scenario == "regional-regression" {
-            let us = clusters.iter().find(|c| c["name"] == "prod-us-east").unwrap();
+            let us = clusters
+                .iter()
+                .find(|c| c["name"] == "prod-us-east")
+                .unwrap();
             assert_eq!(us["failure"]["metric"], "latency-p95", "{us}");
         }
     }
@@ -255,7 +293,9 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
         let mut lab = Lab::new(Scenario::Healthy, 2.0, "");
         let targets = lab.targets();
         let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(100), u64::MAX).await.unwrap()
+            loadgen::run(&targets, 40.0, Duration::from_secs(100), u64::MAX)
+                .await
+                .unwrap()
         });
         lab.release().await;
         let before = lab
@@ -267,10 +307,21 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         lab.start_serve();
         let after = lab
-            .wait_for("completion", Duration::from_secs(120), |v| v.phase == "Completed")
+            .wait_for("completion", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
             .await;
-        for name in ["canary-eu-west", "prod-eu-west", "prod-us-east", "prod-ap-south"] {
-            assert_eq!(cluster(&after, name).status, "Validated", "{name}: {after:#?}");
+        for name in [
+            "canary-eu-west",
+            "prod-eu-west",
+            "prod-us-east",
+            "prod-ap-south",
+        ] {
+            assert_eq!(
+                cluster(&after, name).status,
+                "Validated",
+                "{name}: {after:#?}"
+            );
         }
         // Wave 1 was not run again: same start and completion.
         assert_eq!(after.waves[0].started_at, before.waves[0].started_at);
@@ -299,7 +350,11 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
         assert_eq!(starts, 1, "{history:#?}");
         let report = load.await.unwrap();
         assert_eq!(report.failed, 0, "{report:#?}");
-        assert_eq!(report.status_counts.keys().copied().collect::<Vec<_>>(), vec![200], "{report:#?}");
+        assert_eq!(
+            report.status_counts.keys().copied().collect::<Vec<_>>(),
+            vec![200],
+            "{report:#?}"
+        );
     });
 }
 
@@ -350,11 +405,118 @@ fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
         assert!(refused.to_string().contains("token is wrong"), "{refused}");
         let unknown = lab
             .client()
-            .command("payment-api", &OperatorCommand::Abort { cluster: Some("nowhere".into()) })
+            .command(
+                "payment-api",
+                &OperatorCommand::Abort {
+                    cluster: Some("nowhere".into()),
+                },
+            )
             .await
             .unwrap_err();
         assert!(unknown.to_string().contains("not a target"), "{unknown}");
         assert_eq!(lab.fleet().await.phase, "Progressing");
+        // The CLI verbs against the same daemon.
+        let token_file = lab.dir.path().join("state.redb.token");
+        let cli = |args: &[&str]| {
+            let output = flotilla()
+                .args(args)
+                .env("FLOTILLA_SERVER", &lab.api)
+                .env("FLOTILLA_TOKEN_FILE", &token_file)
+                .output()
+                .unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        };
+        let (code, out, err) = cli(&["list", "-o", "json"]);
+        assert_eq!(code, Some(0), "{err}");
+        let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(list[0]["name"], "payment-api");
+        let (code, out, _) = cli(&["get", "fleet", "payment-api"]);
+        assert_eq!(code, Some(0));
+        assert!(
+            out.contains("wave 3") && out.contains("prod-ap-south"),
+            "{out}"
+        );
+        let (code, out, _) = cli(&["get", "fleet", "payment-api", "-o", "json"]);
+        assert_eq!(code, Some(0));
+        let fleet: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(fleet["waves"].as_array().unwrap().len(), 3);
+        let (code, out, _) = cli(&[
+            "get",
+            "rollout",
+            "payment-api",
+            "--cluster",
+            "prod-us-east",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(code, Some(0));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&out).unwrap()["cluster"]["name"],
+            "prod-us-east"
+        );
+        let (code, _, err) = cli(&["get", "rollout", "payment-api", "--cluster", "nowhere"]);
+        assert_eq!(code, Some(2));
+        assert!(err.contains("not a target"), "{err}");
+        let (code, out, err) = cli(&["pause", "payment-api"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out.trim(), "fleet rollout 'payment-api' pause accepted");
+        lab.wait_for("the pause", Duration::from_secs(10), |v| v.paused)
+            .await;
+        let (code, _, err) = cli(&["resume", "payment-api"]);
+        assert_eq!(code, Some(0), "{err}");
+        let (code, out, _) = cli(&["status", "payment-api", "--timeout", "1"]);
+        assert_eq!(code, Some(3), "{out}");
+        let (code, out, _) = cli(&["history", "payment-api", "-o", "json"]);
+        assert_eq!(code, Some(0));
+        let history: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(
+            history
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["message"] == "pause"),
+            "{out}"
+        );
+        let metrics = reqwest::get(format!("{}/metrics", lab.api))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains("flotilla_reconcile_duration_seconds_count"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("flotilla_decisions_total{kind=\"command\"}"),
+            "{metrics}"
+        );
+        // Decisions stream as server-sent events.
+        let mut events = reqwest::get(format!("{}/v1/events", lab.api))
+            .await
+            .unwrap();
+        lab.client()
+            .command("payment-api", &OperatorCommand::Pause)
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        while !seen.contains("event: command") {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), events.chunk())
+                .await
+                .expect("an event within 10 s")
+                .unwrap()
+                .expect("the stream stays open");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        assert!(seen.contains("\"operator\""), "{seen}");
+        lab.client()
+            .command("payment-api", &OperatorCommand::Resume)
+            .await
+            .unwrap();
         lab.wait_for("wave 1 in progress", Duration::from_secs(30), |v| {
             cluster(v, "canary-eu-west").status == "Progressing"
         })
@@ -368,12 +530,16 @@ fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
         lab.kill_serve();
         lab.start_serve();
         let view = lab
-            .wait_for("the abort", Duration::from_secs(30), |v| v.phase == "Aborted")
+            .wait_for("the abort", Duration::from_secs(30), |v| {
+                v.phase == "Aborted"
+            })
             .await;
         assert_eq!(cluster(&view, "prod-us-east").status, "Held");
-        lab.wait_for("the canary back on its stable", Duration::from_secs(30), |v| {
-            cluster(v, "canary-eu-west").weights == Some((0, 100))
-        })
+        lab.wait_for(
+            "the canary back on its stable",
+            Duration::from_secs(30),
+            |v| cluster(v, "canary-eu-west").weights == Some((0, 100)),
+        )
         .await;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -386,12 +552,17 @@ fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
             if events.iter().any(|e| e == "fleet-aborted") {
                 break;
             }
-            assert!(Instant::now() < deadline, "no fleet-aborted notification: {events:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no fleet-aborted notification: {events:?}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let history = lab.client().history("payment-api").await.unwrap();
         assert!(
-            history.iter().any(|e| e.kind == "command" && e.message == "abort" && e.operator.is_some()),
+            history
+                .iter()
+                .any(|e| e.kind == "command" && e.message == "abort" && e.operator.is_some()),
             "{history:#?}"
         );
     });
@@ -467,40 +638,119 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
         std::fs::write(&path, text).unwrap();
         path
     };
-    let serve = |config: &Path| flotilla().args(["serve", "--config"]).arg(config).output().unwrap();
+    let serve = |config: &Path| {
+        flotilla()
+            .args(["serve", "--config"])
+            .arg(config)
+            .output()
+            .unwrap()
+    };
     // The daemon's own file: an unknown field.
-    let config = write("serve.yaml", "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\ntick: 1s\nnotification: []\n");
-    let output = serve(&config);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("serve.yaml:5:1") && stderr.contains("unknown field `notification`"), "{stderr}");
-    // The manifests: a setWeight out of range, named by file, line and field path.
-    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0).replace("setWeight: 50", "setWeight: 150");
-    write("m.yaml", &manifests);
-    let config = write("serve.yaml", "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\n");
-    let output = serve(&config);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("m.yaml:") && stderr.contains("steps[2].setWeight"), "{stderr}");
-    // A cluster the daemon cannot drive.
-    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0)
-        .replacen("endpoint: {agent: \"http://127.0.0.1:1\"}", "endpoint: {kubernetes: {server: \"https://127.0.0.1:6443\"}}", 1);
-    write("m.yaml", &manifests);
-    let output = serve(&config);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("spec.clusters[0].endpoint") && stderr.contains("drives only agents"), "{stderr}");
-    assert!(!dir.path().join("s.redb").exists(), "a store was created");
-    assert!(!dir.path().join("s.redb.token").exists(), "a token was created");
-    // A port in use.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    write("m.yaml", &demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0));
     let config = write(
         "serve.yaml",
-        &format!("store: s.redb\nmanifests: m.yaml\nlisten: \"{}\"\n", taken.local_addr().unwrap()),
+        "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\ntick: 1s\nnotification: []\n",
+    );
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("serve.yaml:5:1") && stderr.contains("unknown field `notification`"),
+        "{stderr}"
+    );
+    // The manifests: a setWeight out of range, named by file, line and field path.
+    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0)
+        .replace("setWeight: 50", "setWeight: 150");
+    write("m.yaml", &manifests);
+    let config = write(
+        "serve.yaml",
+        "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\n",
+    );
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("m.yaml:") && stderr.contains("steps[2].setWeight"),
+        "{stderr}"
+    );
+    // A cluster the daemon cannot drive.
+    let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0).replacen(
+        "endpoint: {agent: \"http://127.0.0.1:1\"}",
+        "endpoint: {kubernetes: {server: \"https://127.0.0.1:6443\"}}",
+        1,
+    );
+    write("m.yaml", &manifests);
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("spec.clusters[0].endpoint") && stderr.contains("drives only agents"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("s.redb").exists(), "a store was created");
+    assert!(
+        !dir.path().join("s.redb.token").exists(),
+        "a token was created"
+    );
+    // A port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    write(
+        "m.yaml",
+        &demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0),
+    );
+    let config = write(
+        "serve.yaml",
+        &format!(
+            "store: s.redb\nmanifests: m.yaml\nlisten: \"{}\"\n",
+            taken.local_addr().unwrap()
+        ),
     );
     let output = serve(&config);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("cannot listen on"), "{stderr}");
+}
+
+/// A frozen cluster (its agent stopped with SIGSTOP: connections accepted, nothing answered)
+/// never stalls the others: waves 1 and 2 complete on time while it is reported unreachable, and
+/// it is never counted validated.
+#[test]
+fn a_frozen_cluster_never_stalls_the_others() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let lab = Lab::new(Scenario::Healthy, 2.0, "");
+        let targets: Vec<Target> = lab.targets().into_iter().take(2).collect();
+        let load = tokio::spawn(async move {
+            loadgen::run(&targets, 40.0, Duration::from_secs(70), u64::MAX)
+                .await
+                .unwrap()
+        });
+        lab.wait_for(
+            "the first revision to settle",
+            Duration::from_secs(60),
+            |v| v.phase == "Completed",
+        )
+        .await;
+        let frozen = nix::unistd::Pid::from_raw(lab.agents[2].id() as i32); // prod-us-east
+        nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        lab.release().await;
+        let started = Instant::now();
+        let view = lab
+            .wait_for("wave 2 to complete", Duration::from_secs(90), |v| {
+                v.waves[1].completed_at.is_some()
+            })
+            .await;
+        let elapsed = started.elapsed();
+        nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+        let us = cluster(&view, "prod-us-east");
+        assert!(!us.reachable, "{us:#?}");
+        assert_ne!(us.status, "Validated");
+        assert_eq!(cluster(&view, "canary-eu-west").status, "Validated");
+        assert_eq!(cluster(&view, "prod-eu-west").status, "Validated");
+        assert!(
+            elapsed < Duration::from_secs(80),
+            "waves 1 and 2 took {elapsed:?}"
+        );
+        load.abort();
+    });
 }

@@ -17,7 +17,12 @@ use super::view;
 #[derive(Debug, Args, Clone)]
 pub struct Server {
     /// The server's API.
-    #[arg(long, env = "FLOTILLA_SERVER", default_value = "http://127.0.0.1:7070", global = true)]
+    #[arg(
+        long,
+        env = "FLOTILLA_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
     server: String,
     /// The server's token file (mutating verbs); or set FLOTILLA_TOKEN.
     #[arg(long, env = "FLOTILLA_TOKEN_FILE", global = true)]
@@ -273,10 +278,7 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                                 .unwrap_or_default();
                             println!(
                                 "{:>5}  {}  {:<9} {}{operator}",
-                                e.seq,
-                                e.time,
-                                e.kind,
-                                e.message
+                                e.seq, e.time, e.kind, e.message
                             );
                             for x in &e.evidence {
                                 println!(
@@ -302,7 +304,13 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                 let mut last = String::new();
                 loop {
                     let fleet = client.fleet(&name).await?;
-                    let line = format!("{} - wave {}/{}: {}", fleet.phase, fleet.wave, fleet.waves.len(), fleet.message);
+                    let line = format!(
+                        "{} - wave {}/{}: {}",
+                        fleet.phase,
+                        fleet.wave,
+                        fleet.waves.len(),
+                        fleet.message
+                    );
                     if line != last {
                         println!("{line}");
                         last = line;

@@ -178,8 +178,8 @@ impl Processes {
             }
         });
         if line.trim().is_empty() {
-            let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
-                .unwrap_or_default();
+            let log =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
             bail!("{name} did not start:\n{log}");
         }
         Ok(line)
@@ -198,7 +198,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         bail!("--speed must be between 1 and 10, not {}", args.speed);
     }
     if !(1.0..=500.0).contains(&args.rate) {
-        bail!("--rate must be between 1 and 500 requests/s, not {}", args.rate);
+        bail!(
+            "--rate must be between 1 and 500 requests/s, not {}",
+            args.rate
+        );
     }
     let dir = std::env::temp_dir().join(format!("flotilla-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -254,8 +257,14 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     let mut agents = Vec::new();
     for (i, site) in SITES.iter().enumerate() {
         let path = processes.dir.join(format!("{}.yaml", site.name));
-        std::fs::write(&path, demo::agent_config(site, scenario, &exe, 42 + i as u64, 0.002))?;
-        let line = processes.start(site.name, &["agent", "--config", &path.display().to_string()])?;
+        std::fs::write(
+            &path,
+            demo::agent_config(site, scenario, &exe, 42 + i as u64, 0.002),
+        )?;
+        let line = processes.start(
+            site.name,
+            &["agent", "--config", &path.display().to_string()],
+        )?;
         let event: serde_json::Value = serde_json::from_str(&line)
             .with_context(|| format!("unexpected output from agent {}: {line}", site.name))?;
         let router = format!("http://{}", event["router"].as_str().unwrap_or_default());
@@ -272,9 +281,12 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         config,
         "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 500ms"
     )?;
-    let line = processes.start("serve", &["serve", "--config", &config_path.display().to_string()])?;
-    let event: serde_json::Value =
-        serde_json::from_str(&line).with_context(|| format!("unexpected output from serve: {line}"))?;
+    let line = processes.start(
+        "serve",
+        &["serve", "--config", &config_path.display().to_string()],
+    )?;
+    let event: serde_json::Value = serde_json::from_str(&line)
+        .with_context(|| format!("unexpected output from serve: {line}"))?;
     let api = format!("http://{}", event["api"].as_str().unwrap_or_default());
     let token = std::fs::read_to_string(processes.dir.join("state.redb.token"))?;
     let client = ApiClient::new(&api, Some(token.trim().to_owned()));
@@ -286,13 +298,21 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             break;
         }
         if started.elapsed() > Duration::from_secs(60) {
-            bail!("the fleet did not settle on {OLD} within 60 s:\n{}", view::render(&view));
+            bail!(
+                "the fleet did not settle on {OLD} within 60 s:\n{}",
+                view::render(&view)
+            );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    say(&format!("every cluster serves {OLD}; putting load on each and releasing {NEW}"));
+    say(&format!(
+        "every cluster serves {OLD}; putting load on each and releasing {NEW}"
+    ));
     // Load, in chunks so that the totals are known at the end.
-    let targets: Vec<Target> = agents.iter().map(|(router, _)| Target::new(format!("{router}/pay"))).collect();
+    let targets: Vec<Target> = agents
+        .iter()
+        .map(|(router, _)| Target::new(format!("{router}/pay")))
+        .collect();
     let rate = args.rate;
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let load = tokio::spawn(async move {
@@ -357,7 +377,10 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             break view;
         }
         if Instant::now() > deadline {
-            bail!("the rollout did not finish in time:\n{}", view::render(&view));
+            bail!(
+                "the rollout did not finish in time:\n{}",
+                view::render(&view)
+            );
         }
     };
     // Give the load a last chunk on the final configuration, then stop it.
@@ -365,8 +388,15 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     let load = load.await.unwrap_or_default();
     let (passed, expected) = judge(scenario, &view);
     let mut clusters = Vec::new();
-    for (wave, cluster) in view.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w.index, c))) {
-        let i = SITES.iter().position(|s| s.name == cluster.name).unwrap_or(0);
+    for (wave, cluster) in view
+        .waves
+        .iter()
+        .flat_map(|w| w.clusters.iter().map(move |c| (w.index, c)))
+    {
+        let i = SITES
+            .iter()
+            .position(|s| s.name == cluster.name)
+            .unwrap_or(0);
         let agent = AgentClient::new(agents[i].1.clone())?;
         let now = (std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)?
@@ -389,7 +419,9 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             if cluster.status == "Validated"
                 && let Some(decided) = cluster.decided_at
             {
-                let stable = agent.stats("stable", &window((decided / 1000) as u64 + 10)).await?;
+                let stable = agent
+                    .stats("stable", &window((decided / 1000) as u64 + 10))
+                    .await?;
                 served += stable.requests;
                 bad += stable.errors;
             }

@@ -61,13 +61,24 @@ fn parse_profile(text: &str) -> Result<Profile, String> {
             .ok_or_else(|| format!("{setting:?} is not KEY=VALUE"))?;
         match key {
             "calls" => {
-                profile.calls = Some(value.parse().map_err(|_| format!("calls={value:?} is not a count"))?)
+                profile.calls = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("calls={value:?} is not a count"))?,
+                )
             }
             "error-rate" => {
-                profile.error_rate =
-                    Some(value.parse().map_err(|_| format!("error-rate={value:?} is not a number"))?)
+                profile.error_rate = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("error-rate={value:?} is not a number"))?,
+                )
             }
-            other => return Err(format!("unknown profile key {other:?}; the keys are calls, error-rate")),
+            other => {
+                return Err(format!(
+                    "unknown profile key {other:?}; the keys are calls, error-rate"
+                ));
+            }
         }
     }
     Ok(profile)
@@ -125,6 +136,10 @@ mod tests {
         assert_eq!(p.calls, Some(4));
         assert_eq!(p.error_rate, Some(0.05));
         assert!(parse_profile("1.9.0").is_err());
-        assert!(parse_profile("1.9.0:speed=3").unwrap_err().contains("unknown profile key"));
+        assert!(
+            parse_profile("1.9.0:speed=3")
+                .unwrap_err()
+                .contains("unknown profile key")
+        );
     }
 }

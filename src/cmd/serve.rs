@@ -44,7 +44,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         };
         controller::serve(config, shutdown, |address| {
-            println!("{}", serde_json::json!({"event": "listening", "api": address.to_string()}));
+            println!(
+                "{}",
+                serde_json::json!({"event": "listening", "api": address.to_string()})
+            );
         })
         .await
     });

@@ -64,9 +64,10 @@ pub fn render(view: &FleetView) -> String {
 }
 
 fn render_cluster(out: &mut String, c: &ClusterView) {
-    let weight = c
-        .weights
-        .map_or_else(|| "-".to_owned(), |(canary, stable)| format!("{canary}/{stable}"));
+    let weight = c.weights.map_or_else(
+        || "-".to_owned(),
+        |(canary, stable)| format!("{canary}/{stable}"),
+    );
     let version = match (&c.stable_version, &c.current_version) {
         (Some(s), Some(cur)) if s != cur => format!("{s}→{cur}"),
         (Some(s), _) => s.clone(),

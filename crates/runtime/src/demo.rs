@@ -36,10 +36,34 @@ pub struct Site {
 
 /// Seed 000's clusters: prod-us-east sits far from the database.
 pub const SITES: [Site; 4] = [
-    Site { name: "canary-eu-west", region: "eu-west", wave: 1, dependency_ms: 4, max_p95: "0.12" },
-    Site { name: "prod-eu-west", region: "eu-west", wave: 2, dependency_ms: 4, max_p95: "0.12" },
-    Site { name: "prod-us-east", region: "us-east", wave: 3, dependency_ms: 45, max_p95: "0.20" },
-    Site { name: "prod-ap-south", region: "ap-south", wave: 3, dependency_ms: 12, max_p95: "0.16" },
+    Site {
+        name: "canary-eu-west",
+        region: "eu-west",
+        wave: 1,
+        dependency_ms: 4,
+        max_p95: "0.12",
+    },
+    Site {
+        name: "prod-eu-west",
+        region: "eu-west",
+        wave: 2,
+        dependency_ms: 4,
+        max_p95: "0.12",
+    },
+    Site {
+        name: "prod-us-east",
+        region: "us-east",
+        wave: 3,
+        dependency_ms: 45,
+        max_p95: "0.20",
+    },
+    Site {
+        name: "prod-ap-south",
+        region: "ap-south",
+        wave: 3,
+        dependency_ms: 12,
+        max_p95: "0.16",
+    },
 ];
 
 /// The version every cluster runs at first.
@@ -242,4 +266,3 @@ pub fn settled(view: &FleetView) -> bool {
                 && (c.status != "RolledBack" || c.weights.is_some_and(|(canary, _)| canary == 0))
         })
 }
-

@@ -748,3 +748,27 @@ fn the_cluster_metrics_address_replaces_a_fixed_prometheus_address() {
     let plan = resolve(&template.clone(), &BTreeMap::new());
     assert!(plan.is_err(), "the placed placeholder needs the argument");
 }
+
+#[test]
+fn abandoned_measurements_are_due_again_at_once() {
+    let plan = plan(json!([{"name": "rate", "interval": "1m", "successCondition": OK}]));
+    let mut run = Run::new(&plan, 0);
+    assert_eq!(run.poll_due(&plan, 0).len(), 1);
+    assert!(run.poll_due(&plan, 1_000).is_empty(), "in flight: not due");
+    // The process that asked died; the persisted run is resumed.
+    let mut resumed: Run = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+    resumed.abandon_in_flight();
+    assert!(
+        resumed.metrics[0].measurements.is_empty(),
+        "the unanswered measurement is gone"
+    );
+    let again = resumed.poll_due(&plan, 2_000);
+    assert_eq!(again.len(), 1, "taken again at once");
+    resumed.handle_outcome(
+        &plan,
+        0,
+        2_500,
+        super::run::value(super::MetricResult::Scalar(0.0)),
+    );
+    assert_eq!(resumed.metrics[0].count, 1, "counted once");
+}

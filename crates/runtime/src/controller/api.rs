@@ -118,7 +118,10 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
             "mutating calls need `Authorization: Bearer <token>` (the daemon's token file)".into(),
         )),
         Some(token) if constant_time_eq(token.as_bytes(), shared.token.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError(StatusCode::FORBIDDEN, "the bearer token is wrong".into())),
+        Some(_) => Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "the bearer token is wrong".into(),
+        )),
     }
 }
 
@@ -158,9 +161,7 @@ async fn command(
                     clusters.join(", ")
                 ));
             }
-            OperatorCommand::Promote { wave: Some(w), .. }
-                if *w == 0 || *w > view.waves.len() =>
-            {
+            OperatorCommand::Promote { wave: Some(w), .. } if *w == 0 || *w > view.waves.len() => {
                 return bad(format!(
                     "wave {w} does not exist; {name:?} has waves 1..={}",
                     view.waves.len()

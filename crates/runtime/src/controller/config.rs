@@ -139,7 +139,10 @@ impl DaemonConfig {
                 if !EVENTS.contains(&event.as_str()) {
                     return Err(fail(
                         &format!("notifications[{i}].events[{j}]"),
-                        format!("unknown event {event:?}; the events are {}", EVENTS.join(", ")),
+                        format!(
+                            "unknown event {event:?}; the events are {}",
+                            EVENTS.join(", ")
+                        ),
                     ));
                 }
             }
@@ -152,11 +155,15 @@ impl DaemonConfig {
             }
         };
         let store = resolve(&config.store);
-        let token_file = config.token_file.as_deref().map(resolve).unwrap_or_else(|| {
-            let mut name = store.clone().into_os_string();
-            name.push(".token");
-            PathBuf::from(name)
-        });
+        let token_file = config
+            .token_file
+            .as_deref()
+            .map(resolve)
+            .unwrap_or_else(|| {
+                let mut name = store.clone().into_os_string();
+                name.push(".token");
+                PathBuf::from(name)
+            });
         Ok(Resolved {
             listen: config.listen,
             store,
@@ -193,14 +200,16 @@ mod tests {
         let error = DaemonConfig::parse("store: s\nmanifests: m\ntick: 5ms\n", "f", Path::new("/"))
             .unwrap_err();
         assert_eq!(error.field, "tick");
-        let error = DaemonConfig::parse("store: s\nmanifest: m\n", "f", Path::new("/")).unwrap_err();
+        let error =
+            DaemonConfig::parse("store: s\nmanifest: m\n", "f", Path::new("/")).unwrap_err();
         assert!(error.message.contains("unknown field"), "{error}");
     }
 
     #[test]
     fn paths_resolve_against_the_file() {
         let resolved =
-            DaemonConfig::parse("store: s.redb\nmanifests: m\n", "f", Path::new("/etc/fl")).unwrap();
+            DaemonConfig::parse("store: s.redb\nmanifests: m\n", "f", Path::new("/etc/fl"))
+                .unwrap();
         assert_eq!(resolved.store, Path::new("/etc/fl/s.redb"));
         assert_eq!(resolved.token_file, Path::new("/etc/fl/s.redb.token"));
         assert_eq!(resolved.manifests, Path::new("/etc/fl/m"));

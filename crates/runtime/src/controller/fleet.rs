@@ -19,7 +19,9 @@ use flotilla_core::fleet::{
     FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
-use flotilla_core::rollout::{Action, AnalysisSlot, Command, Observed, RolloutState, template_hash};
+use flotilla_core::rollout::{
+    Action, AnalysisSlot, Command, Observed, RolloutState, template_hash,
+};
 use flotilla_core::spec::analysis::AnalysisTemplate;
 use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 use flotilla_core::spec::rollout::Rollout;
@@ -122,7 +124,9 @@ fn with_image(rollout: &Rollout, container: Option<&str>, image: &str) -> Result
             .iter_mut()
             .find(|c| c.name == name)
             .ok_or_else(|| format!("the Rollout has no container {name:?}"))?,
-        None => containers.first_mut().ok_or("the Rollout has no container")?,
+        None => containers
+            .first_mut()
+            .ok_or("the Rollout has no container")?,
     };
     target.image = Some(image.to_owned());
     Ok(next)
@@ -165,7 +169,11 @@ impl FleetController {
             let state = resumed.then(|| record.state.clone());
             FleetMachine::new(plan.clone(), &revisions, state)
         };
-        for spec in record.history.iter().chain([&record.previous, &record.next]) {
+        for spec in record
+            .history
+            .iter()
+            .chain([&record.previous, &record.next])
+        {
             machine.remember(spec);
         }
         // Clusters added to or removed from the plan since the record was written.
@@ -174,11 +182,7 @@ impl FleetController {
             .clusters
             .retain(|name, _| plan.clusters.contains_key(name));
         for cluster in plan.clusters.keys() {
-            machine
-                .state
-                .clusters
-                .entry(cluster.clone())
-                .or_default();
+            machine.state.clusters.entry(cluster.clone()).or_default();
         }
         // Measurements in flight when the previous process died are taken again.
         for cluster in machine.state.clusters.values_mut() {
@@ -339,7 +343,13 @@ impl FleetController {
                 OperatorCommand::Promote { wave, full } => {
                     if *full {
                         let index = wave.map_or(self.machine.state.wave, |w| w.saturating_sub(1));
-                        let members = self.machine.plan.waves.get(index).cloned().unwrap_or_default();
+                        let members = self
+                            .machine
+                            .plan
+                            .waves
+                            .get(index)
+                            .cloned()
+                            .unwrap_or_default();
                         for member in members {
                             if let Some(c) = self.machine.state.clusters.get_mut(&member)
                                 && matches!(
@@ -368,7 +378,9 @@ impl FleetController {
                     };
                     match target {
                         Some(spec) => self.change_spec(spec),
-                        None => entry.message = format!("{}: refused: no such revision", entry.message),
+                        None => {
+                            entry.message = format!("{}: refused: no such revision", entry.message)
+                        }
                     }
                 }
             }
@@ -431,7 +443,9 @@ impl FleetController {
         // Placement for the observers, also where nothing acted.
         for (name, handle) in &self.clusters {
             if let Some(cluster) = self.machine.state.clusters.get(name) {
-                handle.adapter.set_placement(self.placement(&cluster.rollout));
+                handle
+                    .adapter
+                    .set_placement(self.placement(&cluster.rollout));
             }
         }
         for measurement in out.measurements {
@@ -475,19 +489,20 @@ impl FleetController {
         let after = &self.machine.state;
         let fleet = self.record.name.clone();
         let revision = after.revision.clone();
-        let entry = |kind: &str, cluster: Option<&str>, message: String, evidence: Vec<Evidence>| {
-            AuditEntry {
-                seq: 0,
-                time: now,
-                fleet: fleet.clone(),
-                revision: revision.clone(),
-                kind: kind.into(),
-                cluster: cluster.map(str::to_owned),
-                message,
-                evidence,
-                operator: None,
-            }
-        };
+        let entry =
+            |kind: &str, cluster: Option<&str>, message: String, evidence: Vec<Evidence>| {
+                AuditEntry {
+                    seq: 0,
+                    time: now,
+                    fleet: fleet.clone(),
+                    revision: revision.clone(),
+                    kind: kind.into(),
+                    cluster: cluster.map(str::to_owned),
+                    message,
+                    evidence,
+                    operator: None,
+                }
+            };
         let notification = |event: &str, cluster: Option<&str>, message: String| Notification {
             event: event.into(),
             fleet: fleet.clone(),
@@ -523,18 +538,22 @@ impl FleetController {
                     ),
                     ClusterStatus::Validated => ("validate", format!("{name}: {}", cluster.reason)),
                     ClusterStatus::Paused => ("pause", format!("{name}: {}", cluster.reason)),
-                    ClusterStatus::RolledBack => ("rollback", format!("{name}: {}", cluster.reason)),
+                    ClusterStatus::RolledBack => {
+                        ("rollback", format!("{name}: {}", cluster.reason))
+                    }
                     ClusterStatus::Held => ("hold", format!("{name}: {}", cluster.reason)),
                     ClusterStatus::Skipped => ("skip", format!("{name}: {}", cluster.reason)),
                     ClusterStatus::NotStarted => ("reset", format!("{name}: waits for its wave")),
                 };
-                out.audit.push(entry(kind, Some(name), message, evidence.clone()));
+                out.audit
+                    .push(entry(kind, Some(name), message, evidence.clone()));
                 if cluster.status == ClusterStatus::RolledBack {
                     let (metric, value, why) = match &cluster.failure {
-                        Some(f) => (Some(f.metric.clone()), Some(f.value.clone()), format!(
-                            "metric {} = {} ({})",
-                            f.metric, f.value, f.message
-                        )),
+                        Some(f) => (
+                            Some(f.metric.clone()),
+                            Some(f.value.clone()),
+                            format!("metric {} = {} ({})", f.metric, f.value, f.message),
+                        ),
                         None => (None, None, cluster.reason.clone()),
                     };
                     let message = format!(
@@ -557,11 +576,7 @@ impl FleetController {
                 && old_step.is_some()
                 && cluster.rollout.step_index > old_step
             {
-                let steps = self
-                    .record
-                    .next
-                    .canary()
-                    .map_or(0, |c| c.steps.len());
+                let steps = self.record.next.canary().map_or(0, |c| c.steps.len());
                 out.audit.push(entry(
                     "advance",
                     Some(name),
@@ -579,14 +594,16 @@ impl FleetController {
             if completed.is_some() && was.is_none() {
                 let members = self.machine.plan.waves.get(i).cloned().unwrap_or_default();
                 let message = format!("{fleet}: wave {} completed ({})", i + 1, members.join(", "));
-                out.audit.push(entry("wave", None, message.clone(), Vec::new()));
+                out.audit
+                    .push(entry("wave", None, message.clone(), Vec::new()));
                 out.notifications
                     .push(notification("wave-completed", None, message));
             }
         }
         if before.phase != after.phase {
             let message = format!("{fleet}: fleet {:?}: {}", after.phase, after.message);
-            out.audit.push(entry("fleet", None, message.clone(), Vec::new()));
+            out.audit
+                .push(entry("fleet", None, message.clone(), Vec::new()));
             let event = match after.phase {
                 FleetPhase::Completed => Some("fleet-completed"),
                 FleetPhase::Halted => Some("fleet-halted"),
@@ -670,9 +687,9 @@ impl FleetController {
             reachable,
             rollout_phase: format!("{:?}", engine.phase),
             rollout_message: engine.message.clone(),
-            step: spec.canary().map(|c| {
-                format!("{}/{}", engine.step_index.unwrap_or(0), c.steps.len())
-            }),
+            step: spec
+                .canary()
+                .map(|c| format!("{}/{}", engine.step_index.unwrap_or(0), c.steps.len())),
             weights,
             desired_weight: engine.desired_weight,
             stable_version: version(engine.stable),
@@ -704,16 +721,18 @@ impl FleetController {
                         .metrics
                         .iter()
                         .map(|m| {
-                            let last = m.measurements.iter().rev().find(|x| x.finished_at.is_some());
+                            let last = m
+                                .measurements
+                                .iter()
+                                .rev()
+                                .find(|x| x.finished_at.is_some());
                             MetricView {
                                 name: m.name.clone(),
                                 phase: format!("{:?}", m.phase),
                                 count: m.count,
                                 failed: m.failed,
                                 value: last.map(|x| x.value.clone()),
-                                message: last
-                                    .map(|x| x.message.clone())
-                                    .filter(|t| !t.is_empty()),
+                                message: last.map(|x| x.message.clone()).filter(|t| !t.is_empty()),
                             }
                         })
                         .collect(),
@@ -775,10 +794,9 @@ fn describe_command(command: &OperatorCommand) -> String {
                 .map(|r| format!(" --to-revision {r}"))
                 .unwrap_or_default()
         ),
-        OperatorCommand::SetImage { container, image } => format!(
-            "set image {}={image}",
-            container.as_deref().unwrap_or("*")
-        ),
+        OperatorCommand::SetImage { container, image } => {
+            format!("set image {}={image}", container.as_deref().unwrap_or("*"))
+        }
         other => other.verb().to_owned(),
     }
 }
@@ -790,7 +808,11 @@ fn evidence_of(name: &str, cluster: &flotilla_core::fleet::ClusterState) -> Vec<
         .values()
         .flat_map(|run| run.metrics.iter())
         .filter_map(|m| {
-            let last = m.measurements.iter().rev().find(|x| x.finished_at.is_some())?;
+            let last = m
+                .measurements
+                .iter()
+                .rev()
+                .find(|x| x.finished_at.is_some())?;
             Some(Evidence {
                 cluster: name.to_owned(),
                 metric: m.name.clone(),

@@ -125,7 +125,9 @@ impl Metrics {
         ));
         out.push_str("# HELP flotilla_decisions_total Decisions taken, by kind.\n# TYPE flotilla_decisions_total counter\n");
         for (kind, n) in &m.decisions {
-            out.push_str(&format!("flotilla_decisions_total{{kind=\"{kind}\"}} {n}\n"));
+            out.push_str(&format!(
+                "flotilla_decisions_total{{kind=\"{kind}\"}} {n}\n"
+            ));
         }
         out.push_str("# HELP flotilla_analysis_runs Analysis runs, by fleet and phase.\n# TYPE flotilla_analysis_runs gauge\n");
         for ((fleet, phase), n) in &m.runs {
@@ -150,12 +152,16 @@ impl Metrics {
     }
 }
 
+/// A fleet as last published by the control loop: its summary, its view, and each cluster's
+/// rollout.
+pub type Published = (FleetSummary, FleetView, BTreeMap<String, RolloutView>);
+
 /// What the API reads and writes, shared with the control loop.
 pub struct Shared {
     /// The store.
     pub store: Arc<Store>,
     /// The fleets' latest views.
-    pub views: RwLock<BTreeMap<String, (FleetSummary, FleetView, BTreeMap<String, RolloutView>)>>,
+    pub views: RwLock<BTreeMap<String, Published>>,
     /// Decisions as they are committed.
     pub events: broadcast::Sender<AuditEntry>,
     /// The bearer token mutating calls need.
@@ -170,8 +176,8 @@ pub struct Shared {
 /// templates. Lint errors refuse the whole set (file, line, field path), as do clusters the
 /// daemon cannot drive.
 pub fn load_desired(path: &Path) -> Result<Vec<Desired>, ServeError> {
-    let (manifests, mut diagnostics) = files::load_files(&[path.to_path_buf()])
-        .map_err(|e| ServeError::Invalid(e.to_string()))?;
+    let (manifests, mut diagnostics) =
+        files::load_files(&[path.to_path_buf()]).map_err(|e| ServeError::Invalid(e.to_string()))?;
     diagnostics.extend(lint::lint(&manifests, Options::default()));
     let mut fleets = Vec::new();
     let mut fleet_rollouts = Vec::new();
@@ -181,7 +187,12 @@ pub fn load_desired(path: &Path) -> Result<Vec<Desired>, ServeError> {
         match &loaded.manifest {
             Manifest::Fleet(f) => {
                 for (i, cluster) in f.spec.clusters.iter().enumerate() {
-                    if cluster.endpoint.as_ref().and_then(|e| e.agent.as_ref()).is_none() {
+                    if cluster
+                        .endpoint
+                        .as_ref()
+                        .and_then(|e| e.agent.as_ref())
+                        .is_none()
+                    {
                         diagnostics.push(loaded.diagnostic(
                             Severity::Error,
                             "serve/no-agent",
@@ -263,9 +274,19 @@ pub fn token(path: &Path) -> Result<String, ServeError> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| ServeError::Io(format!("cannot write the token file {}: {e}", path.display())))?;
+        .map_err(|e| {
+            ServeError::Io(format!(
+                "cannot write the token file {}: {e}",
+                path.display()
+            ))
+        })?;
     file.write_all(format!("{token}\n").as_bytes())
-        .map_err(|e| ServeError::Io(format!("cannot write the token file {}: {e}", path.display())))?;
+        .map_err(|e| {
+            ServeError::Io(format!(
+                "cannot write the token file {}: {e}",
+                path.display()
+            ))
+        })?;
     Ok(token)
 }
 
@@ -285,8 +306,8 @@ pub async fn serve(
     let address = listener
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
-    let providers = flotilla_providers::Providers::new()
-        .map_err(|e| ServeError::Io(e.to_string()))?;
+    let providers =
+        flotilla_providers::Providers::new().map_err(|e| ServeError::Io(e.to_string()))?;
     let tick = Duration::from_millis(config.tick_ms);
     let mut stored: BTreeMap<String, record::FleetRecord> = store
         .fleets()?

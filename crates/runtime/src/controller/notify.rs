@@ -19,7 +19,10 @@ pub fn body(sink: &Sink, notification: &Notification) -> serde_json::Value {
     match sink.format {
         SinkFormat::Generic => serde_json::to_value(notification).unwrap_or_default(),
         SinkFormat::Slack => {
-            let mut text = format!(":rotating_light: *{}* {}", notification.event, notification.message);
+            let mut text = format!(
+                ":rotating_light: *{}* {}",
+                notification.event, notification.message
+            );
             if let (Some(metric), Some(value)) = (&notification.metric, &notification.value) {
                 text.push_str(&format!(" (metric `{metric}` = `{value}`)"));
             }
@@ -67,8 +70,12 @@ pub async fn run(
                             delivered = true;
                             break;
                         }
-                        Ok(r) => tracing::warn!(sink = %sink.name, status = %r.status(), attempt, "webhook refused"),
-                        Err(e) => tracing::warn!(sink = %sink.name, error = %e, attempt, "webhook failed"),
+                        Ok(r) => {
+                            tracing::warn!(sink = %sink.name, status = %r.status(), attempt, "webhook refused")
+                        }
+                        Err(e) => {
+                            tracing::warn!(sink = %sink.name, error = %e, attempt, "webhook failed")
+                        }
                     }
                     if attempt < ATTEMPTS {
                         tokio::time::sleep(delay).await;
@@ -114,7 +121,10 @@ mod tests {
             time: 0,
         };
         let text = body(&sink, &n)["text"].as_str().unwrap().to_owned();
-        assert!(text.contains("latency-p95") && text.contains("[0.41]"), "{text}");
+        assert!(
+            text.contains("latency-p95") && text.contains("[0.41]"),
+            "{text}"
+        );
         let generic = Sink {
             format: SinkFormat::Generic,
             ..sink

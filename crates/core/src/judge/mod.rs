@@ -1,6 +1,6 @@
 //! The statistical judge: canary-versus-baseline comparison of metric series with Kayenta's
 //! NetflixACAJudge method (Mann-Whitney shift interval, effect size, per-metric classification,
-//! weighted group scoring). Pure: no I/O, no clock; the only
+//! weighted group scoring), and a sequential test of error rates. Pure: no I/O, no clock; the only
 //! randomness (the tiny noise Kayenta adds to two constant series) comes from a seeded generator.
 //!
 //! - [`rank_sum`]: the rank-sum statistic, its shift interval and estimate; [`zeroin`]: Brent's
@@ -9,11 +9,13 @@
 //!   sizes, critical and must-have-data metrics).
 //! - [`score`]: groups, weights, thresholds and the verdict of a set of metrics.
 //! - [`input`]: the JSON documents `flotilla judge` reads and writes.
+//! - [`sequential`]: the sequential probability ratio test of canary versus baseline error rates.
 
 pub mod classify;
 pub mod input;
 pub mod rank_sum;
 pub mod score;
+pub mod sequential;
 pub mod zeroin;
 
 use serde::{Deserialize, Serialize};

@@ -211,7 +211,7 @@ fn compare(canary: &[f64], baseline: &[f64], c: &Comparison, noise: bool) -> Jud
             "{ci} lies below {band}, but {}",
             gate(">", "allowedDecrease", gates.allowed_decrease)
         ),
-        _ => format!("no significant change: {ci} overlaps {band}"),
+        _ => format!("no significant change: {ci} does not clear {band}"),
     };
     if c.critical && classification != Classification::Pass {
         let (verb, limit) = match classification {

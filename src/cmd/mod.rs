@@ -5,6 +5,7 @@ mod analysis;
 mod ctl;
 mod demo;
 mod demo_app;
+mod judge;
 mod lint;
 mod serve;
 mod simulate;
@@ -33,6 +34,8 @@ enum Command {
     Analysis(analysis::AnalysisCommand),
     /// Simulate a fleet rollout on virtual time against synthetic traffic.
     Simulate(simulate::SimulateArgs),
+    /// Compare canary and baseline metric series with Kayenta's judge (JSON in, JSON out).
+    Judge(judge::JudgeArgs),
     /// Run one local cluster's data plane: router, process workloads, statistics, control API.
     Agent(agent::AgentArgs),
     /// Run the demo service (version label, latency, errors, dependency calls from flags).
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lint(args) => lint::run(args),
         Command::Analysis(command) => analysis::run(command),
         Command::Simulate(args) => simulate::run(args),
+        Command::Judge(args) => judge::run(args),
         Command::Agent(args) => agent::run(args),
         Command::DemoApp(args) => demo_app::run(args),
         Command::Serve(args) => serve::run(args),

@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod diagnostic;
 pub mod fleet;
+pub mod judge;
 pub mod lint;
 pub mod manifest;
 pub mod rollout;

@@ -41,6 +41,20 @@ fn first_line(child: &mut Child) -> String {
     line
 }
 
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.test")
+        .env("GIT_COMMITTER_NAME", "Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.test")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
 fn json_field(line: &str, field: &str) -> String {
     let value: serde_json::Value =
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
@@ -101,15 +115,27 @@ impl Lab {
             controls.push(format!("http://{}", json_field(&line, "control")));
             agents.push(child);
         }
-        std::fs::write(
-            dir.path().join("manifests.yaml"),
-            demo::manifests(&controls, speed),
-        )
-        .unwrap();
+        let manifests = demo::manifests(&controls, speed);
+        let source = if extra_config.contains("git:") {
+            // The desired state in a bare repository under fleets/payments/.
+            let work = dir.path().join("work");
+            std::fs::create_dir_all(work.join("fleets/payments")).unwrap();
+            std::fs::write(work.join("fleets/payments/manifests.yaml"), &manifests).unwrap();
+            git(&work, &["init", "-q", "-b", "main"]);
+            git(&work, &["add", "."]);
+            git(&work, &["commit", "-q", "-m", "payments fleet"]);
+            git(dir.path(), &["init", "-q", "--bare", "-b", "main", "fleet.git"]);
+            git(&work, &["push", "-q", "../fleet.git", "main"]);
+            git(&work, &["remote", "add", "origin", "../fleet.git"]);
+            String::new()
+        } else {
+            std::fs::write(dir.path().join("manifests.yaml"), &manifests).unwrap();
+            "manifests: manifests.yaml\n".to_owned()
+        };
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n{extra_config}"
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\n{source}tick: 300ms\n{extra_config}"
             ),
         )
         .unwrap();
@@ -752,5 +778,101 @@ fn a_frozen_cluster_never_stalls_the_others() {
             "waves 1 and 2 took {elapsed:?}"
         );
         load.abort();
+    });
+}
+
+/// GitOps end to end: a developer's commit releases 1.9.0 from a real repository; it fails in
+/// wave 1; the controller rolls the canary back and commits the durable rollback (trailers
+/// naming the cluster and the metric) without force; Git then agrees, nothing new starts, and
+/// nothing beyond wave 1 ever ran 1.9.0. A later commit with 1.9.1 fixes forward through every
+/// wave.
+#[test]
+fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let lab = Lab::new(
+            Scenario::GlobalRegression,
+            2.0,
+            "git: {url: fleet.git, branch: main, path: fleets/payments, interval: 1s}\n",
+        );
+        let work = lab.dir.path().join("work");
+        let bare = lab.dir.path().join("fleet.git");
+        lab.wait_for("the first revision to settle", Duration::from_secs(60), |v| {
+            v.phase == "Completed"
+        })
+        .await;
+        let targets = lab.targets();
+        let load = tokio::spawn(async move {
+            loadgen::run(&targets, 40.0, Duration::from_secs(150), u64::MAX)
+                .await
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let release = |image: &str, from: &str| {
+            let path = work.join("fleets/payments/manifests.yaml");
+            git(&work, &["pull", "-q", "--no-rebase", "origin", "main"]);
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, text.replace(from, image)).unwrap();
+            git(&work, &["commit", "-q", "-am", &format!("release {image}")]);
+            git(&work, &["push", "-q", "origin", "main"]);
+            git(&work, &["rev-parse", "HEAD"])
+        };
+        let commit = release("payment-api:1.9.0", "payment-api:1.8.3");
+        lab.wait_for("the commit's revision", Duration::from_secs(15), |v| {
+            v.image.ends_with(NEW)
+        })
+        .await;
+        let settled = lab
+            .wait_for("Git to agree with the rollback", Duration::from_secs(90), |v| {
+                v.image.ends_with("1.8.3") && v.phase == "Completed"
+            })
+            .await;
+        for c in settled.waves.iter().flat_map(|w| w.clusters.iter()) {
+            assert_eq!(c.stable_version.as_deref(), Some("1.8.3"), "{c:#?}");
+        }
+        // The durable rollback in Git: a fast-forward on top of the developer's commit.
+        assert_eq!(git(&bare, &["rev-parse", "main~1"]), commit);
+        let message = git(&bare, &["log", "-1", "--format=%B", "main"]);
+        assert!(message.contains("Flotilla-Cluster: canary-eu-west"), "{message}");
+        assert!(message.contains("Flotilla-Metric: error-rate=["), "{message}");
+        assert_eq!(git(&bare, &["log", "-1", "--format=%an", "main"]), "flotilla-controller");
+        let manifests = git(&bare, &["show", "main:fleets/payments/manifests.yaml"]);
+        assert!(manifests.contains("payment-api:1.8.3") && !manifests.contains("payment-api:1.9.0"));
+        // Re-reading Git starts nothing new.
+        let before = lab.fleet().await;
+        lab.client().sync().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = lab.fleet().await;
+        assert_eq!(
+            (after.revision.as_str(), after.phase.as_str()),
+            (before.revision.as_str(), "Completed")
+        );
+        let history = lab.client().history("payment-api").await.unwrap();
+        let count = |kind: &str, text: &str| {
+            history
+                .iter()
+                .filter(|e| e.kind == kind && e.message.contains(text))
+                .count()
+        };
+        assert_eq!(count("sync", &commit[..12]), 1, "{history:#?}");
+        assert_eq!(count("gitops", "durable rollback committed to main"), 1, "{history:#?}");
+        assert_eq!(count("sync", "Git agrees"), 1, "{history:#?}");
+        // Fix forward: 1.9.1 goes through every wave.
+        release("payment-api:1.9.1", "payment-api:1.8.3");
+        let done = lab
+            .wait_for("the fix to roll out", Duration::from_secs(150), |v| {
+                v.image.ends_with("1.9.1") && v.phase == "Completed"
+            })
+            .await;
+        for c in done.waves.iter().flat_map(|w| w.clusters.iter()) {
+            assert_eq!(
+                (c.status.as_str(), c.stable_version.as_deref()),
+                ("Validated", Some("1.9.1")),
+                "{c:#?}"
+            );
+        }
+        let report = load.await.unwrap();
+        assert_eq!(report.failed, 0, "{report:#?}");
     });
 }

@@ -157,6 +157,8 @@ pub enum Verb {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Read the daemon's Git source now (instead of at its next poll).
+    Sync,
     /// The audit log: every decision with its inputs.
     History {
         /// The FleetRollout.
@@ -326,6 +328,10 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
+            }
+            Verb::Sync => {
+                println!("{}", client.sync().await?);
+                return Ok(ExitCode::SUCCESS);
             }
             Verb::Promote { name, wave, full } => {
                 command(name, OperatorCommand::Promote { wave, full })

@@ -305,6 +305,19 @@ impl BuiltinProvider {
 
 impl Measurer for BuiltinProvider {
     async fn measure(&self, request: &MeasureRequest) -> Outcome {
+        self.measure_since(request, None).await
+    }
+}
+
+impl BuiltinProvider {
+    /// [`Measurer::measure`], reading nothing before `not_before` (the start of the analysis
+    /// run): a subset's traffic before it is another version's (a previous canary), which must
+    /// never judge this one. The agent's 10-second buckets bound what can still leak in.
+    pub async fn measure_since(
+        &self,
+        request: &MeasureRequest,
+        not_before: Option<Millis>,
+    ) -> Outcome {
         let Some(builtin) = &request.provider.builtin else {
             return Outcome::Error(format!(
                 "metric {:?} is not a builtin metric",
@@ -317,11 +330,16 @@ impl Measurer for BuiltinProvider {
             TrafficSubset::Stable => STABLE,
         };
         let window_s = (window_ms / 1000).max(1);
-        // A live measurement reads the window ending now; a past one (a backtest) its own.
-        let query = if (self.now)() - request.at > 15_000 {
-            let end = (request.at / 1000).max(0) as u64;
+        let now = (self.now)();
+        let live = now - request.at <= 15_000;
+        let end_ms = if live { now } else { request.at };
+        let start_ms = (end_ms - window_s as Millis * 1000).max(not_before.unwrap_or(Millis::MIN));
+        // A live measurement reads the window ending now; a past one (a backtest) its own; a
+        // window cut by the run's start is read by its bounds.
+        let query = if !live || not_before.is_some_and(|n| n > end_ms - window_s as Millis * 1000) {
+            let end = (end_ms / 1000).max(0) as u64 + 1;
             WindowQuery {
-                start: Some(end.saturating_sub(window_s)),
+                start: Some((start_ms / 1000).max(0) as u64),
                 end: Some(end),
                 quantile: Some(quantile),
                 ..WindowQuery::default()

@@ -11,6 +11,7 @@
 //! | `GET /v1/fleets/{name}/history` | `[AuditEntry]` |
 //! | `POST /v1/fleets/{name}/commands` (token) | `OperatorCommand` in, 202 `{"id", "message"}` |
 //! | `GET /v1/events` | `text/event-stream` of `AuditEntry` |
+//! | `POST /v1/sync` (token) | reads the Git source now; 202 |
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/fleets/{name}/history", get(history))
         .route("/v1/fleets/{name}/commands", post(command))
         .route("/v1/events", get(events))
+        .route("/v1/sync", post(sync))
         .with_state(shared)
 }
 
@@ -198,6 +200,17 @@ async fn command(
             "id": queued.id,
             "message": format!("fleet rollout '{name}' {verb} accepted"),
         })),
+    )
+        .into_response())
+}
+
+async fn sync(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    authorized(&shared, &headers)?;
+    shared.sync.store(true, std::sync::atomic::Ordering::SeqCst);
+    shared.wake.notify_one();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"message": "sync requested"})),
     )
         .into_response())
 }

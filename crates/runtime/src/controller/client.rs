@@ -96,6 +96,24 @@ impl ApiClient {
         self.get(&format!("/v1/fleets/{name}/history")).await
     }
 
+    /// `POST /v1/sync`: read the Git source now.
+    pub async fn sync(&self) -> Result<String, ApiClientError> {
+        let url = format!("{}/v1/sync", self.base);
+        let mut request = self.http.post(&url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ApiClientError::Transport {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        let answer: serde_json::Value = decode(url, response).await?;
+        Ok(answer["message"].as_str().unwrap_or("sync requested").to_owned())
+    }
+
     /// `POST /v1/fleets/{name}/commands`: the daemon's acceptance message.
     pub async fn command(
         &self,

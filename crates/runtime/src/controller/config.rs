@@ -7,6 +7,8 @@
 //! store: state.redb            # relative paths are relative to this file
 //! tokenFile: token             # default: <store>.token, created 0600 at first start
 //! manifests: manifests/        # a directory or file of Fleet, FleetRollout, Rollout, templates
+//! # … or the desired state from Git (exactly one of manifests and git):
+//! # git: {url: "git://127.0.0.1/fleet.git", branch: main, path: fleets/payments, interval: 30s}
 //! tick: 1s                     # how often the engines run (default 1s)
 //! notifications:
 //!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
@@ -32,14 +34,71 @@ pub struct DaemonConfig {
     /// The bearer token file (default: the store's path with `.token` appended).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// The manifests: a directory or a file.
-    pub manifests: PathBuf,
+    /// The manifests: a directory or a file (or `git`).
+    #[serde(default)]
+    pub manifests: Option<PathBuf>,
+    /// The desired state from a Git repository (or `manifests`).
+    #[serde(default)]
+    pub git: Option<GitConfig>,
     /// How often the engines run (default `1s`).
     #[serde(default)]
     pub tick: Option<String>,
     /// Webhook sinks.
     #[serde(default)]
     pub notifications: Vec<Sink>,
+}
+
+/// A Git repository as the desired state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitConfig {
+    /// A local path, `file://` or `git://` URL.
+    pub url: String,
+    /// The branch (default `main`).
+    #[serde(default = "default_branch")]
+    pub branch: String,
+    /// The directory of the manifests in the repository (default: the whole repository).
+    #[serde(default)]
+    pub path: String,
+    /// How often to poll (default `30s`; `flotilla sync` polls at once).
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// Push durable rollbacks to a branch for review instead of the watched branch.
+    #[serde(default)]
+    pub propose_only: bool,
+    /// The identity of the controller's commits.
+    #[serde(default)]
+    pub identity: Option<IdentityConfig>,
+}
+
+/// Who the controller's commits are from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// The name.
+    pub name: String,
+    /// The email.
+    pub email: String,
+}
+
+fn default_branch() -> String {
+    "main".into()
+}
+
+/// Where the desired state comes from, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceConfig {
+    /// Files on disk.
+    Files(PathBuf),
+    /// A Git repository.
+    Git {
+        /// The settings.
+        git: GitConfig,
+        /// The poll interval, ms.
+        interval_ms: u64,
+        /// Where the clone is kept.
+        cache: PathBuf,
+    },
 }
 
 /// A webhook sink.
@@ -92,8 +151,8 @@ pub struct Resolved {
     pub store: PathBuf,
     /// The token file.
     pub token_file: PathBuf,
-    /// The manifests.
-    pub manifests: PathBuf,
+    /// The desired state's source.
+    pub source: SourceConfig,
     /// The tick, in milliseconds.
     pub tick_ms: u64,
     /// Webhook sinks.
@@ -164,11 +223,47 @@ impl DaemonConfig {
                 name.push(".token");
                 PathBuf::from(name)
             });
+        let source = match (&config.manifests, &config.git) {
+            (Some(path), None) => SourceConfig::Files(resolve(path)),
+            (None, Some(git)) => {
+                let interval_ms = match &git.interval {
+                    None => 30_000,
+                    Some(text) => {
+                        let ms = parse_duration(text).map_err(|e| fail("git.interval", e.to_string()))?;
+                        if ms < 500 {
+                            return Err(fail("git.interval", format!("{text} is below 500ms")));
+                        }
+                        ms
+                    }
+                };
+                if git.url.trim().is_empty() {
+                    return Err(fail("git.url", "the URL is empty".into()));
+                }
+                let mut cache = store.clone().into_os_string();
+                cache.push(".git-cache");
+                // A local path is relative to this file, like the other paths.
+                let mut git = git.clone();
+                if !git.url.contains("://") {
+                    git.url = resolve(Path::new(&git.url)).display().to_string();
+                }
+                SourceConfig::Git {
+                    git,
+                    interval_ms,
+                    cache: PathBuf::from(cache),
+                }
+            }
+            _ => {
+                return Err(fail(
+                    "",
+                    "set exactly one of `manifests` (files) and `git` (a repository)".into(),
+                ));
+            }
+        };
         Ok(Resolved {
             listen: config.listen,
             store,
             token_file,
-            manifests: resolve(&config.manifests),
+            source,
             tick_ms,
             notifications: config.notifications,
         })
@@ -212,7 +307,20 @@ mod tests {
                 .unwrap();
         assert_eq!(resolved.store, Path::new("/etc/fl/s.redb"));
         assert_eq!(resolved.token_file, Path::new("/etc/fl/s.redb.token"));
-        assert_eq!(resolved.manifests, Path::new("/etc/fl/m"));
+        assert_eq!(resolved.source, SourceConfig::Files("/etc/fl/m".into()));
+        let error = DaemonConfig::parse("store: s\n", "f", Path::new("/")).unwrap_err();
+        assert!(error.message.contains("exactly one"), "{error}");
+        let git = DaemonConfig::parse(
+            "store: s\ngit: {url: \"git://127.0.0.1/f.git\", path: fleets/a, interval: 2s}\n",
+            "f",
+            Path::new("/x"),
+        )
+        .unwrap();
+        let SourceConfig::Git { git, interval_ms, cache } = git.source else {
+            panic!("a git source")
+        };
+        assert_eq!((git.branch.as_str(), interval_ms), ("main", 2000));
+        assert_eq!(cache, Path::new("/x/s.git-cache"));
         assert_eq!(resolved.tick_ms, 1000);
         assert_eq!(resolved.listen, default_listen());
     }

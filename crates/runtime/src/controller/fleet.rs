@@ -157,6 +157,7 @@ impl FleetController {
                     history: Vec::new(),
                     source_hash: source_hash.clone(),
                     state: FleetState::default(),
+                    reverted: None,
                 },
                 false,
             ),
@@ -280,6 +281,121 @@ impl FleetController {
         self.machine.remember(&next);
         self.record.previous = old_next;
         self.record.next = next;
+    }
+
+    /// A new desired state from the source (a Git commit). A changed Rollout is a new fleet
+    /// revision (the supersede rule), except when it is the previous spec while the fleet is
+    /// halted or aborted with no cluster validated: Git then agrees with the rollback, and the
+    /// fleet settles on it without rolling anything out (durable rejections are kept).
+    pub fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
+        let hash = template_hash(&desired.rollout);
+        if hash == self.record.source_hash {
+            return Vec::new();
+        }
+        self.record.source_hash = hash.clone();
+        let short = &commit[..commit.len().min(12)];
+        let state = &self.machine.state;
+        let agrees = hash == template_hash(&self.record.previous)
+            && matches!(state.phase, FleetPhase::Halted | FleetPhase::Aborted)
+            && !state
+                .clusters
+                .values()
+                .any(|c| c.status == ClusterStatus::Validated);
+        let message = if agrees {
+            let spec = desired.rollout.clone();
+            let rejections = state.rejections.clone();
+            let old_next = std::mem::replace(&mut self.record.next, spec.clone());
+            if !self
+                .record
+                .history
+                .iter()
+                .any(|h| template_hash(h) == template_hash(&old_next))
+            {
+                self.record.history.push(old_next);
+            }
+            let plan = self.machine.plan.clone();
+            self.machine = FleetMachine::new(
+                plan,
+                &Revisions {
+                    previous: &spec,
+                    next: &spec,
+                },
+                None,
+            );
+            for known in &self.record.history {
+                self.machine.remember(known);
+            }
+            self.machine.state.rejections = rejections;
+            self.record.previous = spec;
+            format!(
+                "commit {short}: Git agrees with the rollback ({}); nothing to roll out",
+                first_image(&self.record.next)
+            )
+        } else {
+            self.change_spec(desired.rollout.clone());
+            format!(
+                "commit {short}: new desired revision {}",
+                first_image(&self.record.next)
+            )
+        };
+        self.record.state = self.machine.state.clone();
+        vec![AuditEntry {
+            seq: 0,
+            time: now,
+            fleet: self.record.name.clone(),
+            revision: self.machine.state.revision.clone(),
+            kind: "sync".into(),
+            cluster: None,
+            message,
+            evidence: Vec::new(),
+            operator: None,
+        }]
+    }
+
+    /// The durable rollback Git needs, once per fleet revision: when the fleet halted and no
+    /// cluster was validated on the new revision, the Rollout's image returns to the previous
+    /// one for the whole fleet (seed 004's `git revert`).
+    pub fn revert_needed(&mut self) -> Option<super::source::Revert> {
+        let state = &self.machine.state;
+        if state.phase != FleetPhase::Halted
+            || self.record.reverted.as_deref() == Some(state.revision.as_str())
+            || state
+                .clusters
+                .values()
+                .any(|c| c.status == ClusterStatus::Validated)
+        {
+            return None;
+        }
+        let bad_image = first_image(&self.record.next);
+        let good_image = first_image(&self.record.previous);
+        if bad_image == good_image || bad_image.is_empty() || good_image.is_empty() {
+            return None;
+        }
+        self.record.reverted = Some(state.revision.clone());
+        let failed: Vec<(&String, &flotilla_core::fleet::Failure)> = state
+            .clusters
+            .iter()
+            .filter_map(|(n, c)| c.failure.as_ref().map(|f| (n, f)))
+            .collect();
+        let rollout = self.record.next.metadata.name.clone().unwrap_or_default();
+        let mut message = format!(
+            "flotilla: roll {rollout} back to {good_image}\n\nFleet rollout {} halted on revision {} ({bad_image}): {}\nNo cluster was validated on it, so the whole fleet returns to {good_image}.\n\n",
+            self.record.name, state.revision, state.message
+        );
+        for (cluster, _) in &failed {
+            message.push_str(&format!("Flotilla-Cluster: {cluster}\n"));
+        }
+        for (_, f) in &failed {
+            message.push_str(&format!("Flotilla-Metric: {}={}\n", f.metric, f.value));
+        }
+        message.push_str(&format!("Flotilla-Revision: {}\n", state.revision));
+        Some(super::source::Revert {
+            rollout,
+            bad_image,
+            good_image,
+            message,
+            proposal_branch: format!("flotilla/rollback-{}-{}", self.record.name, state.revision),
+        })
     }
 
     /// After a restart: every cluster's last intent again (all idempotent), since the process
@@ -452,6 +568,13 @@ impl FleetController {
             let Some(handle) = self.clusters.get(&measurement.cluster) else {
                 continue;
             };
+            let not_before = self
+                .machine
+                .state
+                .clusters
+                .get(&measurement.cluster)
+                .and_then(|c| c.runs.get(&measurement.run))
+                .map(|run| run.started_at);
             let builtin = handle.builtin.clone();
             let providers = self.providers.clone();
             let tx = self.outcomes_tx.clone();
@@ -461,7 +584,7 @@ impl FleetController {
                 let request = &measurement.request;
                 let measure = async {
                     if request.provider.builtin.is_some() {
-                        builtin.measure(request).await
+                        builtin.measure_since(request, not_before).await
                     } else {
                         providers.measure(request).await
                     }

@@ -18,6 +18,7 @@ pub mod config;
 pub mod fleet;
 pub mod notify;
 pub mod record;
+pub mod source;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -27,14 +28,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use flotilla_core::diagnostic::Severity;
-use flotilla_core::lint::{self, Options};
-use flotilla_core::spec::Manifest;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::sync::{Notify, broadcast};
 
-use crate::files;
 use config::Resolved;
-use fleet::{Desired, FleetController};
+use fleet::FleetController;
+use source::Source;
 use record::{AuditEntry, FleetSummary, FleetView, RolloutView};
 use store::{Store, TickWrite};
 
@@ -168,91 +168,12 @@ pub struct Shared {
     pub token: String,
     /// Wakes the control loop (a command arrived).
     pub wake: Notify,
+    /// Whether `flotilla sync` asked for the source to be read now.
+    pub sync: AtomicBool,
+    /// Decisions made outside a tick (Git commits), committed with the next one.
+    pub pending_audit: Mutex<Vec<AuditEntry>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-}
-
-/// Loads the desired state: every FleetRollout in the manifests with its Fleet, Rollout and
-/// templates. Lint errors refuse the whole set (file, line, field path), as do clusters the
-/// daemon cannot drive.
-pub fn load_desired(path: &Path) -> Result<Vec<Desired>, ServeError> {
-    let (manifests, mut diagnostics) =
-        files::load_files(&[path.to_path_buf()]).map_err(|e| ServeError::Invalid(e.to_string()))?;
-    diagnostics.extend(lint::lint(&manifests, Options::default()));
-    let mut fleets = Vec::new();
-    let mut fleet_rollouts = Vec::new();
-    let mut rollouts = Vec::new();
-    let mut templates = Vec::new();
-    for loaded in &manifests {
-        match &loaded.manifest {
-            Manifest::Fleet(f) => {
-                for (i, cluster) in f.spec.clusters.iter().enumerate() {
-                    if cluster
-                        .endpoint
-                        .as_ref()
-                        .and_then(|e| e.agent.as_ref())
-                        .is_none()
-                    {
-                        diagnostics.push(loaded.diagnostic(
-                            Severity::Error,
-                            "serve/no-agent",
-                            format!("spec.clusters[{i}].endpoint"),
-                            format!(
-                                "cluster {:?} has no agent endpoint; `flotilla serve` drives only agents",
-                                cluster.name
-                            ),
-                        ));
-                    }
-                }
-                fleets.push(f.as_ref().clone());
-            }
-            Manifest::FleetRollout(f) => fleet_rollouts.push(f.as_ref().clone()),
-            Manifest::Rollout(r) => rollouts.push(r.as_ref().clone()),
-            Manifest::AnalysisTemplate(t) | Manifest::ClusterAnalysisTemplate(t) => {
-                templates.push(t.as_ref().clone())
-            }
-            _ => {}
-        }
-    }
-    let errors: Vec<String> = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .map(|d| d.to_string())
-        .collect();
-    if !errors.is_empty() {
-        return Err(ServeError::Invalid(format!(
-            "the manifests are invalid; nothing was started:\n{}",
-            errors.join("\n")
-        )));
-    }
-    if fleet_rollouts.is_empty() {
-        return Err(ServeError::Invalid(format!(
-            "{}: no FleetRollout to drive",
-            path.display()
-        )));
-    }
-    let mut desired = Vec::new();
-    for fleet_rollout in fleet_rollouts {
-        let name = |m: &Option<String>| m.clone().unwrap_or_default();
-        let fleet = fleets
-            .iter()
-            .find(|f| name(&f.metadata.name) == fleet_rollout.spec.fleet)
-            .cloned();
-        let rollout = rollouts
-            .iter()
-            .find(|r| name(&r.metadata.name) == fleet_rollout.spec.rollout)
-            .cloned();
-        // Lint has already reported missing references as errors.
-        if let (Some(fleet), Some(rollout)) = (fleet, rollout) {
-            desired.push(Desired {
-                fleet,
-                fleet_rollout,
-                rollout,
-                templates: templates.clone(),
-            });
-        }
-    }
-    Ok(desired)
 }
 
 /// Reads the bearer token, or creates it (mode 0600) at first start.
@@ -297,7 +218,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), ServeError> {
-    let desired = load_desired(&config.manifests)?;
+    let source = Arc::new(Source::open(&config.source)?);
+    let (desired, _) = source.load()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", config.listen)))?;
@@ -329,6 +251,8 @@ pub async fn serve(
         events,
         token,
         wake: Notify::new(),
+        sync: AtomicBool::new(false),
+        pending_audit: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
     });
     publish(&shared, &controllers);
@@ -346,11 +270,48 @@ pub async fn serve(
         notify_wake.clone(),
     ));
     on_listening(address);
+    let mut next_poll = Instant::now();
     let control = async {
         loop {
             let started = Instant::now();
             let pending = tokio::task::block_in_place(|| store.pending_commands())?;
             let now = crate::analysis::wall_clock();
+            let mut extra: Vec<AuditEntry> =
+                std::mem::take(&mut *shared.pending_audit.lock().expect("audit lock"));
+            // The source: a moved branch is a new desired state.
+            if let Some(interval) = source.interval_ms()
+                && (Instant::now() >= next_poll || shared.sync.swap(false, Ordering::SeqCst))
+            {
+                next_poll = Instant::now() + Duration::from_millis(interval);
+                match tokio::task::block_in_place(|| source.poll()) {
+                    None => {}
+                    Some(Ok((desired, commit))) => {
+                        for controller in controllers.iter_mut() {
+                            if let Some(d) = desired.iter().find(|d| {
+                                d.fleet_rollout.metadata.name.as_deref() == Some(controller.name())
+                            }) {
+                                extra.extend(controller.sync(d, &commit, now));
+                            }
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::error!(error = %e, "the desired state was refused; nothing changed");
+                        for controller in controllers.iter() {
+                            extra.push(AuditEntry {
+                                seq: 0,
+                                time: now,
+                                fleet: controller.name().to_owned(),
+                                revision: controller.record.state.revision.clone(),
+                                kind: "sync".into(),
+                                cluster: None,
+                                message: format!("the desired state was refused; nothing changed: {e}"),
+                                evidence: Vec::new(),
+                                operator: None,
+                            });
+                        }
+                    }
+                }
+            }
             let mut all_audit = Vec::new();
             let mut notified = false;
             for controller in controllers.iter_mut() {
@@ -360,16 +321,55 @@ pub async fn serve(
                     .cloned()
                     .collect();
                 let out = controller.tick(&commands, now);
+                let mut audit: Vec<AuditEntry> = extra
+                    .iter()
+                    .filter(|e| e.fleet == controller.name())
+                    .cloned()
+                    .collect();
+                audit.extend(out.audit.iter().cloned());
                 let write = TickWrite {
                     record: Some(&controller.record),
                     consumed: out.consumed.clone(),
-                    audit: out.audit.clone(),
+                    audit,
                     notifications: out.notifications.clone(),
                 };
                 notified |= !write.notifications.is_empty();
                 let audit = tokio::task::block_in_place(|| store.commit_tick(write))?;
                 controller.dispatch(out);
                 all_audit.extend(audit);
+                // The durable rollback goes to Git apart from the loop; its outcome is logged
+                // with the next tick.
+                if source.interval_ms().is_some()
+                    && let Some(revert) = controller.revert_needed()
+                {
+                    let source = source.clone();
+                    let shared = shared.clone();
+                    let fleet = controller.name().to_owned();
+                    let revision = controller.record.state.revision.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let message = match source.commit_revert(&revert) {
+                            Ok(Some((commit, branch))) => format!(
+                                "durable rollback committed to {branch}: {commit} ({} -> {})",
+                                revert.bad_image, revert.good_image
+                            ),
+                            Ok(None) => "durable rollback: Git already says it".to_owned(),
+                            Err(e) => format!("durable rollback could not be committed: {e}"),
+                        };
+                        shared.pending_audit.lock().expect("audit lock").push(AuditEntry {
+                            seq: 0,
+                            time: crate::analysis::wall_clock(),
+                            fleet,
+                            revision,
+                            kind: "gitops".into(),
+                            cluster: None,
+                            message,
+                            evidence: Vec::new(),
+                            operator: None,
+                        });
+                        shared.sync.store(true, Ordering::SeqCst);
+                        shared.wake.notify_one();
+                    });
+                }
             }
             publish(&shared, &controllers);
             let views: Vec<FleetView> = shared

@@ -25,6 +25,9 @@ pub struct FleetRecord {
     pub source_hash: String,
     /// The fleet machine's state.
     pub state: FleetState,
+    /// The fleet revision whose durable rollback was committed to Git (at most once each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<String>,
 }
 
 /// An operator command, as accepted by the API and queued durably until a tick applies it.

@@ -9,7 +9,9 @@ use super::plan::{FleetPlan, fleet_revision};
 use crate::analysis::plan::RunPlan;
 use crate::analysis::run::Run;
 use crate::analysis::{MeasureRequest, Millis, Outcome};
-use crate::rollout::{self, Action, Command, Observed, Phase, RolloutState, RunKey, RunReport};
+use crate::rollout::{
+    self, Action, AnalysisSlot, Command, Observed, Phase, RolloutState, RunKey, RunReport,
+};
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
 use crate::spec::fleet::{RollbackScope, UnreachableAction};
 use crate::spec::rollout::Rollout;
@@ -116,6 +118,37 @@ pub struct FleetState {
     pub rejections: BTreeSet<(String, String)>,
     /// Operator pause.
     pub paused: bool,
+    /// The wave-level analysis (`waveAnalysis`) of the latest wave that ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_run: Option<WaveRun>,
+}
+
+/// A wave-level analysis run: one per wave, started once every cluster of the wave is decided
+/// and the bake time has elapsed. Its measurements are keyed by
+/// `RunKey { revision: 0, attempt, slot: AnalysisSlot::Wave(wave + 1) }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveRun {
+    /// The wave (0-based).
+    pub wave: usize,
+    /// Which attempt (a resume after Inconclusive, or a retry after Failed, starts another).
+    pub attempt: u32,
+    /// The run.
+    pub run: Run,
+    /// Whether its verdict was acted on (the fleet paused or halted on it): a fleet that
+    /// progresses again past a settled run that did not pass starts a new attempt.
+    pub settled: bool,
+}
+
+impl WaveRun {
+    /// The key its measurements carry.
+    pub fn key(&self) -> RunKey {
+        RunKey {
+            revision: 0,
+            attempt: self.attempt,
+            slot: AnalysisSlot::Wave(self.wave as u32 + 1),
+        }
+    }
 }
 
 /// What a cluster reports at one tick.
@@ -148,21 +181,42 @@ pub enum FleetCommand {
     Retry,
 }
 
-/// A measurement the driver must take for a cluster's run.
+/// A measurement the driver must take for a cluster's run, or for a wave-level analysis.
+///
+/// A wave-level analysis is keyed by its run's slot, `AnalysisSlot::Wave(n)` (n the 1-based
+/// wave), and has no cluster: `cluster` is empty, and [`ClusterMeasurement::wave`] gives the
+/// wave. The driver measures it over the wave (docs/simulate.md: the simulator aggregates the
+/// wave's validated clusters' traffic).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterMeasurement {
-    /// The cluster.
+    /// The cluster (empty for a wave-level analysis).
     pub cluster: String,
-    /// The run.
+    /// The run (slot `AnalysisSlot::Wave(n)` for wave n's analysis).
     pub run: RunKey,
     /// The measurement.
     pub request: MeasureRequest,
 }
 
-/// A measurement's outcome, fed back to the machine.
+impl ClusterMeasurement {
+    /// The 0-based wave whose wave-level analysis this measurement is for, if it is one.
+    pub fn wave(&self) -> Option<usize> {
+        wave_of_key(self.run)
+    }
+}
+
+/// The 0-based wave of a wave-level analysis run's key.
+fn wave_of_key(run: RunKey) -> Option<usize> {
+    match run.slot {
+        AnalysisSlot::Wave(n) => (n as usize).checked_sub(1),
+        _ => None,
+    }
+}
+
+/// A measurement's outcome, fed back to the machine (with the `cluster` and `run` of its
+/// [`ClusterMeasurement`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterOutcome {
-    /// The cluster.
+    /// The cluster (empty for a wave-level analysis).
     pub cluster: String,
     /// The run.
     pub run: RunKey,
@@ -199,6 +253,8 @@ pub struct FleetMachine {
     run_plans: BTreeMap<(String, RunKey), std::sync::Arc<RunPlan>>,
     hashes: (String, String),
     known: BTreeMap<String, std::sync::Arc<Rollout>>,
+    /// The wave-level analysis plan of one wave (derived again after a restore).
+    wave_plan: Option<(usize, Result<std::sync::Arc<RunPlan>, String>)>,
 }
 
 impl FleetMachine {
@@ -229,7 +285,28 @@ impl FleetMachine {
             state,
             run_plans: BTreeMap::new(),
             known: BTreeMap::new(),
+            wave_plan: None,
         }
+    }
+
+    /// The plan of wave `wave`'s wave-level analysis (Err: why it cannot run).
+    fn wave_run_plan(
+        &mut self,
+        next: &Rollout,
+        wave: usize,
+    ) -> Option<Result<std::sync::Arc<RunPlan>, String>> {
+        if let Some((w, plan)) = &self.wave_plan
+            && *w == wave
+        {
+            return Some(plan.clone());
+        }
+        let plan = self
+            .plan
+            .wave_run_plan(next, wave)?
+            .map(std::sync::Arc::new)
+            .map_err(|e| e.to_string());
+        self.wave_plan = Some((wave, plan.clone()));
+        Some(plan)
     }
 
     fn run_plan(
@@ -287,6 +364,12 @@ impl FleetMachine {
             rollout::template_hash(revisions.next),
         );
         self.run_plans.clear();
+        self.wave_plan = None;
+        // A wave run of the old revision stops; the new revision's runs take later attempts.
+        if let Some(wave_run) = &mut self.state.wave_run {
+            wave_run.run.terminate();
+            wave_run.settled = true;
+        }
         self.state.revision = revision;
         self.state.phase = FleetPhase::Progressing;
         self.state.message = "superseded: a new revision starts from wave 1".into();
@@ -357,6 +440,10 @@ impl FleetMachine {
         self.handle_commands(commands);
         // Measurement outcomes into their runs.
         for outcome in outcomes {
+            if let Some(wave) = wave_of_key(outcome.run) {
+                self.wave_outcome(wave, outcome, revisions.next, now);
+                continue;
+            }
             // The plan is derived again when the machine was restored from persisted state.
             if !self.state.clusters.contains_key(&outcome.cluster) {
                 continue;
@@ -383,7 +470,7 @@ impl FleetMachine {
                 .unwrap_or_else(|| UNREPORTED.get_or_init(ClusterObservation::default));
             self.tick_cluster(&name, revisions, observation, now, &mut output);
         }
-        self.gate(now);
+        self.gate(revisions.next, now, &mut output);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
         self.start_clusters(now);
         output
@@ -675,46 +762,7 @@ impl FleetMachine {
         let engine = &cluster.rollout;
         if engine.abort {
             // Failed: record why, reject the revision for this cluster, roll it back alone.
-            let failure = cluster
-                .runs
-                .values()
-                .filter(|r| {
-                    matches!(
-                        r.phase,
-                        AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
-                    )
-                })
-                .flat_map(|r| r.metrics.iter().map(move |m| (r, m)))
-                .find(|(_, m)| {
-                    !m.dry_run
-                        && matches!(
-                            m.phase,
-                            AnalysisPhase::Failed
-                                | AnalysisPhase::Error
-                                | AnalysisPhase::Inconclusive
-                        )
-                })
-                .map(|(run, m)| {
-                    let last = m
-                        .measurements
-                        .iter()
-                        .rev()
-                        .find(|x| x.finished_at.is_some());
-                    let message = [
-                        run.message.as_str(),
-                        last.map_or("", |x| x.message.as_str()),
-                    ]
-                    .iter()
-                    .filter(|t| !t.is_empty())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(": ");
-                    Failure {
-                        metric: m.name.clone(),
-                        value: last.map(|x| x.value.clone()).unwrap_or_default(),
-                        message,
-                    }
-                });
+            let failure = cluster.runs.values().find_map(run_failure);
             cluster.status = ClusterStatus::RolledBack;
             cluster.decided_at = Some(now);
             cluster.reason = engine.message.clone();
@@ -784,28 +832,7 @@ impl FleetMachine {
     }
 
     fn on_failure(&mut self, name: &str, wave: Option<usize>, scope: RollbackScope, cause: String) {
-        // Widened scopes roll validated clusters back fast (no steps) to their previous stable.
-        let widen: Vec<String> = match scope {
-            RollbackScope::Failed => Vec::new(),
-            RollbackScope::Wave => wave.map(|w| self.plan.waves[w].clone()).unwrap_or_default(),
-            RollbackScope::Fleet => self.plan.clusters.keys().cloned().collect(),
-        };
-        for other in widen {
-            if other == name {
-                continue;
-            }
-            if let Some(cluster) = self.state.clusters.get_mut(&other)
-                && matches!(
-                    cluster.status,
-                    ClusterStatus::Validated | ClusterStatus::Progressing | ClusterStatus::Paused
-                )
-            {
-                cluster.status = ClusterStatus::RolledBack;
-                cluster.reason = format!("rolled back with {name} (rollbackScope {scope:?})");
-                cluster.on_new_spec = false;
-                cluster.pending.push(Command::Promote { full: true });
-            }
-        }
+        self.widen_rollback(Some(name), wave, scope, name);
         // Within the wave's failure budget, the wave goes on.
         let revision = self.state.revision.clone();
         let failed_in_wave = wave.map_or(0, |w| {
@@ -825,9 +852,171 @@ impl FleetMachine {
         self.halt(format!("Halted: {cause}"));
     }
 
+    /// Widened scopes (`wave`, `fleet`) roll the clusters running the new revision back fast
+    /// (no steps) to their previous stable; `failed` rolls back nothing more. `because` names
+    /// what failed (a cluster, or a wave's analysis).
+    fn widen_rollback(
+        &mut self,
+        failed: Option<&str>,
+        wave: Option<usize>,
+        scope: RollbackScope,
+        because: &str,
+    ) {
+        let widen: Vec<String> = match scope {
+            RollbackScope::Failed => Vec::new(),
+            RollbackScope::Wave => wave.map(|w| self.plan.waves[w].clone()).unwrap_or_default(),
+            RollbackScope::Fleet => self.plan.clusters.keys().cloned().collect(),
+        };
+        for other in widen {
+            if Some(other.as_str()) == failed {
+                continue;
+            }
+            if let Some(cluster) = self.state.clusters.get_mut(&other)
+                && matches!(
+                    cluster.status,
+                    ClusterStatus::Validated | ClusterStatus::Progressing | ClusterStatus::Paused
+                )
+            {
+                cluster.status = ClusterStatus::RolledBack;
+                cluster.reason = format!("rolled back with {because} (rollbackScope {scope:?})");
+                cluster.on_new_spec = false;
+                cluster.pending.push(Command::Promote { full: true });
+            }
+        }
+    }
+
+    /// A measurement outcome of a wave-level analysis: into the wave's current run, unless it
+    /// belongs to an earlier attempt or another wave (a late answer).
+    fn wave_outcome(&mut self, wave: usize, outcome: ClusterOutcome, next: &Rollout, now: Millis) {
+        let current = self
+            .state
+            .wave_run
+            .as_ref()
+            .is_some_and(|w| w.wave == wave && w.key() == outcome.run);
+        if !current {
+            return;
+        }
+        let Some(Ok(plan)) = self.wave_run_plan(next, wave) else {
+            return;
+        };
+        if let Some(wave_run) = &mut self.state.wave_run {
+            wave_run
+                .run
+                .handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
+        }
+    }
+
+    /// The wave-level analysis of the current wave, once it is validated and baked: starts it
+    /// (again, after a settled verdict that did not pass), advances it, and acts on its verdict.
+    /// Returns whether it passed: Successful with evidence.
+    fn wave_analysis(&mut self, next: &Rollout, now: Millis, output: &mut FleetOutput) -> bool {
+        let wave = self.state.wave;
+        let Some(plan) = self.wave_run_plan(next, wave) else {
+            return true;
+        };
+        let fresh = match &self.state.wave_run {
+            Some(w) if w.wave == wave => w.settled.then_some(w.attempt + 1),
+            _ => Some(0),
+        };
+        if let Some(attempt) = fresh {
+            let run = match &plan {
+                Ok(plan) => Run::new(plan, now),
+                Err(message) => Run::failed_to_start(message.clone(), now),
+            };
+            self.state.wave_run = Some(WaveRun {
+                wave,
+                attempt,
+                run,
+                settled: false,
+            });
+        }
+        let Some(wave_run) = self.state.wave_run.as_mut() else {
+            return false;
+        };
+        let key = wave_run.key();
+        let phase = match &plan {
+            Ok(plan) => {
+                wave_run.run.assess(plan, now);
+                for request in wave_run.run.poll_due(plan, now) {
+                    output.measurements.push(ClusterMeasurement {
+                        cluster: String::new(),
+                        run: key,
+                        request,
+                    });
+                }
+                wave_run.run.phase
+            }
+            Err(_) => wave_run.run.phase,
+        };
+        let evidence = plan.as_ref().is_ok_and(|p| wave_run.run.has_evidence(p));
+        // A run with no wet metric proves nothing (and, with no metric at all, never completes).
+        let no_metric = plan
+            .as_ref()
+            .is_ok_and(|p| p.metrics.iter().all(|m| m.dry_run));
+        let number = wave + 1;
+        match phase {
+            _ if no_metric && !wave_run.settled => {
+                wave_run.settled = true;
+                self.state.paused = true;
+                self.state.phase = FleetPhase::Paused;
+                self.state.message = format!(
+                    "paused: wave {number} analysis has no metric that is not a dry run, so nothing proves the wave healthy"
+                );
+                false
+            }
+            AnalysisPhase::Successful if evidence => true,
+            AnalysisPhase::Successful | AnalysisPhase::Inconclusive => {
+                // No verdict to act on: the fleet pauses for a human (resume runs it again).
+                wave_run.settled = true;
+                let why = if phase == AnalysisPhase::Inconclusive {
+                    format!("inconclusive ({})", wave_run.run.message)
+                } else {
+                    let missing = wave_run
+                        .run
+                        .metrics
+                        .iter()
+                        .find(|m| {
+                            !m.dry_run
+                                && (m.successful_without_evidence > 0
+                                    || !m.measurements.iter().any(|x| x.evidence))
+                        })
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default();
+                    format!("metric {missing:?} passed without evidence (no data or NaN)")
+                };
+                self.state.paused = true;
+                self.state.phase = FleetPhase::Paused;
+                self.state.message =
+                    format!("paused: wave {number} analysis {why}; resume runs it again");
+                false
+            }
+            AnalysisPhase::Failed | AnalysisPhase::Error => {
+                wave_run.settled = true;
+                let cause = match run_failure(&wave_run.run) {
+                    Some(f) => format!(
+                        "wave {number} analysis failed: metric {} = {} ({})",
+                        f.metric, f.value, f.message
+                    ),
+                    None => format!("wave {number} analysis failed: {}", wave_run.run.message),
+                };
+                let scope = self.plan.policy.rollback_scope;
+                self.widen_rollback(
+                    None,
+                    Some(wave),
+                    scope,
+                    &format!("wave {number}'s analysis"),
+                );
+                self.halt(format!("Halted: {cause}"));
+                false
+            }
+            _ => false,
+        }
+    }
+
     /// The wave gate: complete when every cluster is decided (validated, skipped, or failed
-    /// within budget) and at least one validated; then the bake; then the next wave.
-    fn gate(&mut self, now: Millis) {
+    /// within budget); then the bake; then the wave-level analysis, if any, must pass; then the
+    /// next wave.
+    fn gate(&mut self, next: &Rollout, now: Millis, output: &mut FleetOutput) {
         if self.state.phase != FleetPhase::Progressing {
             return;
         }
@@ -847,10 +1036,21 @@ impl FleetMachine {
         });
         if !decided {
             self.state.bake_started_at = None;
+            // A wave undecided again (a retry) runs its wave analysis anew once decided.
+            if let Some(wave_run) = &mut self.state.wave_run
+                && wave_run.wave == self.state.wave
+                && !wave_run.settled
+            {
+                wave_run.run.terminate();
+                wave_run.settled = true;
+            }
             return;
         }
         let started = *self.state.bake_started_at.get_or_insert(now);
         if now - started < self.plan.bake as Millis {
+            return;
+        }
+        if !self.wave_analysis(next, now, output) {
             return;
         }
         self.state.wave_completed_at[self.state.wave] = Some(now);
@@ -863,6 +1063,50 @@ impl FleetMachine {
             self.start_clusters(now);
         }
     }
+}
+
+/// The failure that decided a run: its first wet metric that failed, errored or went
+/// inconclusive, with its last value and the messages.
+fn run_failure(run: &Run) -> Option<Failure> {
+    if !matches!(
+        run.phase,
+        AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
+    ) {
+        return None;
+    }
+    let (metric, last) = run
+        .metrics
+        .iter()
+        .find(|m| {
+            !m.dry_run
+                && matches!(
+                    m.phase,
+                    AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
+                )
+        })
+        .map(|m| {
+            (
+                m,
+                m.measurements
+                    .iter()
+                    .rev()
+                    .find(|x| x.finished_at.is_some()),
+            )
+        })?;
+    let message = [
+        run.message.as_str(),
+        last.map_or("", |x| x.message.as_str()),
+    ]
+    .iter()
+    .filter(|t| !t.is_empty())
+    .copied()
+    .collect::<Vec<_>>()
+    .join(": ");
+    Some(Failure {
+        metric: metric.name.clone(),
+        value: last.map(|x| x.value.clone()).unwrap_or_default(),
+        message,
+    })
 }
 
 /// JSON maps need string keys: runs are stored as a list of (key, run) pairs.

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::analysis::{MetricResult, Outcome};
 use crate::rollout::{Action, ReplicaCounts, RevisionNumber, Weights};
-use crate::spec::analysis::AnalysisTemplate;
+use crate::spec::analysis::{AnalysisPhase, AnalysisTemplate};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 
@@ -64,6 +64,21 @@ fn template(condition: &str) -> AnalysisTemplate {
     .unwrap()
 }
 
+/// The wave-level analysis template: two measurements 30 s apart over the wave's traffic.
+fn wave_template(condition: &str) -> AnalysisTemplate {
+    serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": "wave-error-rate"}, "spec": {
+        "args": [{"name": "wave"}, {"name": "max-error-rate", "value": "0.01"}],
+        "metrics": [{"name": "wave-error-rate", "interval": "30s", "count": 2, "successCondition": condition,
+                     "provider": {"prometheus": {"query": "sum(rate(http_requests_total{code=~\"5..\",wave=\"{{args.wave}}\"}[5m])) < {{args.max-error-rate}}"}}}]
+    }}))
+    .unwrap()
+}
+
+/// The FleetRollout fields that turn the wave-level analysis on.
+fn with_wave_analysis() -> Value {
+    json!({"waveAnalysis": {"templates": [{"templateName": "wave-error-rate"}], "args": [{"name": "max-error-rate", "value": "0.02"}]}})
+}
+
 const GUARDED: &str = "len(result) > 0 && !isNaN(result[0]) && result[0] < 0.01";
 
 /// What the simulated fleet serves.
@@ -77,6 +92,10 @@ struct Truth {
     outage: BTreeSet<&'static str>,
     /// Clusters whose canary gets no traffic (queries return no data).
     no_traffic: BTreeSet<&'static str>,
+    /// Waves (1-based) whose combined traffic has a 5% error rate (wave-level analysis).
+    wave_regressed: BTreeSet<usize>,
+    /// Waves (1-based) whose wave-level analysis queries return no data.
+    wave_no_data: BTreeSet<usize>,
 }
 
 impl Truth {
@@ -86,6 +105,8 @@ impl Truth {
             unreachable: BTreeSet::new(),
             outage: BTreeSet::new(),
             no_traffic: BTreeSet::new(),
+            wave_regressed: BTreeSet::new(),
+            wave_no_data: BTreeSet::new(),
         }
     }
 }
@@ -101,13 +122,20 @@ struct Sim {
     pending: Vec<ClusterMeasurement>,
     /// (time, cluster, revision hash) whenever a cluster first scales a revision up.
     deployed: Vec<(i64, String, String)>,
+    /// (time, 0-based wave, query) of every wave-level analysis measurement requested.
+    wave_measured: Vec<(i64, usize, String)>,
 }
 
 impl Sim {
     fn new(fleet_rollout: FleetRollout, condition: &str, truth: Truth) -> Sim {
         let previous = rollout("payment-api:1.8.3");
         let next = rollout("payment-api:1.9.0");
-        let plan = FleetPlan::resolve(&fleet(), &fleet_rollout, &[template(condition)]).unwrap();
+        let plan = FleetPlan::resolve(
+            &fleet(),
+            &fleet_rollout,
+            &[template(condition), wave_template(condition)],
+        )
+        .unwrap();
         let machine = FleetMachine::new(
             plan,
             &Revisions {
@@ -126,6 +154,7 @@ impl Sim {
             weights: BTreeMap::new(),
             pending: Vec::new(),
             deployed: Vec::new(),
+            wave_measured: Vec::new(),
         };
         // Every cluster starts settled on the previous version.
         sim.step(&[]);
@@ -174,6 +203,19 @@ impl Sim {
 
     /// The error rate a cluster's canary serves right now.
     fn measure(&self, m: &ClusterMeasurement) -> Outcome {
+        if let Some(wave) = m.wave() {
+            let rate = if self.truth.wave_no_data.contains(&(wave + 1)) {
+                vec![]
+            } else if self.truth.wave_regressed.contains(&(wave + 1)) {
+                vec![0.05]
+            } else {
+                vec![0.002]
+            };
+            return Outcome::Value {
+                result: MetricResult::Vector(rate),
+                metadata: BTreeMap::new(),
+            };
+        }
         let cluster = m.cluster.as_str();
         if self.truth.outage.contains(cluster) {
             return Outcome::Error(format!(
@@ -238,6 +280,13 @@ impl Sim {
                     self.weights.insert(cluster, Weights { canary, stable });
                 }
                 _ => {}
+            }
+        }
+        for m in &output.measurements {
+            if let Some(wave) = m.wave() {
+                let query = m.request.provider.prometheus.as_ref();
+                let query = query.and_then(|p| p.query.clone()).unwrap_or_default();
+                self.wave_measured.push((self.now, wave, query));
             }
         }
         self.pending = output.measurements;
@@ -530,6 +579,185 @@ fn the_fleet_state_serializes_and_resumes_to_the_same_outputs() {
     a.run_until(3_600_000);
     b.run_until(3_600_000);
     assert_eq!(a.machine.state, b.machine.state);
+}
+
+// === Wave-level analysis ===
+
+/// When the last cluster of a wave (0-based) was decided.
+fn wave_decided_at(sim: &Sim, wave: usize) -> i64 {
+    sim.machine.plan.waves[wave]
+        .iter()
+        .filter_map(|c| sim.machine.state.clusters[c].decided_at)
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn a_passing_wave_analysis_lets_the_next_wave_start() {
+    let mut sim = Sim::new(
+        fleet_rollout(with_wave_analysis()),
+        GUARDED,
+        Truth::healthy(),
+    );
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+    for wave in 0..3 {
+        let measured: Vec<&(i64, usize, String)> = sim
+            .wave_measured
+            .iter()
+            .filter(|(_, w, _)| *w == wave)
+            .collect();
+        assert_eq!(measured.len(), 2, "wave {}: {measured:?}", wave + 1);
+        // Arguments: the waveAnalysis args, the template's defaults, and `wave`, 1-based.
+        let expected = format!("wave=\"{}\"}}[5m])) < 0.02", wave + 1);
+        assert!(measured[0].2.contains(&expected), "{}", measured[0].2);
+        // The analysis starts after the bake, and the wave completes only once it passed.
+        let baked = wave_decided_at(&sim, wave) + 120_000;
+        assert!(
+            measured[0].0 >= baked,
+            "wave {}: analysis before the bake ended",
+            wave + 1
+        );
+        let completed = state.wave_completed_at[wave].unwrap();
+        assert!(
+            completed > measured[1].0,
+            "wave {} completed before its analysis",
+            wave + 1
+        );
+        if wave + 1 < 3 {
+            assert!(state.wave_started_at[wave + 1].unwrap() >= completed);
+        }
+    }
+    assert_eq!(
+        state.wave_run.as_ref().unwrap().run.phase,
+        AnalysisPhase::Successful
+    );
+}
+
+#[test]
+fn a_failing_wave_analysis_halts_the_fleet_naming_the_wave_metric_and_value() {
+    let truth = Truth {
+        wave_regressed: [2].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth.clone());
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Halted);
+    for needle in ["wave 2 analysis failed", "wave-error-rate", "0.05"] {
+        assert!(
+            state.message.contains(needle),
+            "{needle}: {}",
+            state.message
+        );
+    }
+    assert_eq!(state.wave, 1, "wave 2 never completed");
+    assert_eq!(state.wave_completed_at[1], None);
+    // Default rollbackScope: the validated clusters stay on the new version.
+    for cluster in ["canary-eu-west", "prod-eu-west"] {
+        assert_eq!(sim.status(cluster), ClusterStatus::Validated, "{cluster}");
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+    for cluster in ["prod-us-east", "prod-ap-south"] {
+        assert_eq!(sim.status(cluster), ClusterStatus::Held, "{cluster}");
+        assert_eq!(sim.got_new_version(cluster), None, "{cluster}");
+    }
+    // rollbackScope: wave reverts the failing wave's clusters, not the earlier waves'.
+    let mut sim = Sim::new(
+        fleet_rollout(json!({
+            "waveAnalysis": with_wave_analysis()["waveAnalysis"],
+            "failurePolicy": {"rollbackScope": "wave"}
+        })),
+        GUARDED,
+        truth,
+    );
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    sim.run_until(sim.now + 120_000);
+    assert_eq!(sim.status("prod-eu-west"), ClusterStatus::RolledBack);
+    assert!(!sim.stable_is_new("prod-eu-west"));
+    assert!(sim.stable_is_new("canary-eu-west"));
+}
+
+#[test]
+fn a_wave_analysis_without_data_never_advances_the_fleet() {
+    // A failure-only condition passes on an empty result: Successful without evidence, which
+    // pauses the fleet instead of completing the wave, and keeps doing so after a resume.
+    let truth = Truth {
+        wave_no_data: [1].into(),
+        ..Truth::healthy()
+    };
+    let condition = "len(result) == 0 || result[0] < 0.01";
+    let mut sim = Sim::new(
+        fleet_rollout(with_wave_analysis()),
+        condition,
+        truth.clone(),
+    );
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Paused, "{}", state.message);
+    assert!(
+        state.message.contains("wave 1 analysis") && state.message.contains("without evidence"),
+        "{}",
+        state.message
+    );
+    assert_eq!(sim.status("canary-eu-west"), ClusterStatus::Validated);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+    let measured = sim.wave_measured.len();
+    sim.now += 5_000;
+    sim.step(&[FleetCommand::Resume]);
+    sim.run_until(sim.now + 600_000);
+    assert!(
+        sim.wave_measured.len() > measured,
+        "resume runs the analysis again"
+    );
+    assert_eq!(sim.machine.state.wave_run.as_ref().unwrap().attempt, 1);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Paused);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+    // With a guarded condition, no data fails the wave instead: never advances either.
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+}
+
+#[test]
+fn promote_skips_the_bake_but_not_the_wave_analysis() {
+    let long_bake = |truth: Truth| {
+        let mut extra = with_wave_analysis();
+        extra["bakeTime"] = json!("30m");
+        let mut sim = Sim::new(fleet_rollout(extra), GUARDED, truth);
+        while sim.status("canary-eu-west") != ClusterStatus::Validated {
+            sim.now += 5_000;
+            sim.step(&[]);
+        }
+        sim.now += 5_000;
+        sim.step(&[FleetCommand::Promote { wave: None }]);
+        sim
+    };
+    let mut sim = long_bake(Truth::healthy());
+    while sim.machine.state.wave == 0 {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    let decided = wave_decided_at(&sim, 0);
+    let first = sim.wave_measured.first().unwrap();
+    assert!(first.0 - decided < 60_000, "the bake was skipped");
+    assert_eq!(
+        sim.wave_measured.iter().filter(|(_, w, _)| *w == 0).count(),
+        2,
+        "the analysis ran in full"
+    );
+    assert!(sim.machine.state.wave_completed_at[0].unwrap() > sim.wave_measured[1].0);
+    // A failing analysis still halts a promoted wave.
+    let mut sim = long_bake(Truth {
+        wave_regressed: [1].into(),
+        ..Truth::healthy()
+    });
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
 }
 
 // === Property tests ===

@@ -220,16 +220,26 @@ pub fn run_observed(
         let outcomes: Vec<ClusterOutcome> = std::mem::take(&mut pending)
             .into_iter()
             .map(|m| {
-                let profile = profiles[&m.cluster];
-                let outcome = if fault_active(profile, FaultKind::MetricsOutage, now) {
+                // A cluster's run reads its own traffic; a wave-level analysis reads the wave's
+                // validated clusters' traffic as one.
+                let members: Vec<&String> = match m.wave() {
+                    Some(wave) => plan.waves[wave]
+                        .iter()
+                        .filter(|c| machine.state.clusters[*c].status == ClusterStatus::Validated)
+                        .collect(),
+                    None => vec![&m.cluster],
+                };
+                let outage = members
+                    .iter()
+                    .find(|c| fault_active(profiles[c.as_str()], FaultKind::MetricsOutage, now));
+                let outcome = if let Some(cluster) = outage {
                     Outcome::Error(format!(
-                        "metrics provider of {} unreachable (simulated outage)",
-                        m.cluster
+                        "metrics provider of {cluster} unreachable (simulated outage)"
                     ))
                 } else if let Some(builtin) = &m.request.provider.builtin {
                     let (statistic, quantile, subset, window, min_requests) = builtin.resolved();
-                    let buckets = &worlds[&m.cluster].buckets;
-                    let value = buckets.read(
+                    let value = traffic::read_all(
+                        members.iter().map(|c| &worlds[c.as_str()].buckets),
                         statistic,
                         quantile,
                         subset == TrafficSubset::Canary,

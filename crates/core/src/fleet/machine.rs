@@ -558,7 +558,8 @@ impl FleetMachine {
         }
     }
 
-    /// Starts clusters of the current wave, within maxUpdate, unless paused, halted or rejected.
+    /// Starts clusters of the current wave, within maxUpdate (clusters in flight: progressing or
+    /// paused), unless the fleet is paused or halted or the cluster rejected.
     fn start_clusters(&mut self, now: Millis) {
         if self.state.phase != FleetPhase::Progressing || self.state.paused {
             return;
@@ -568,13 +569,13 @@ impl FleetMachine {
         };
         let limit = self.plan.max_update[self.state.wave];
         let revision = self.state.revision.clone();
+        // A paused cluster is still mid-update: it holds its maxUpdate slot.
         let mut progressing = members
             .iter()
             .filter(|n| {
-                self.state
-                    .clusters
-                    .get(*n)
-                    .is_some_and(|c| c.status == ClusterStatus::Progressing)
+                self.state.clusters.get(*n).is_some_and(|c| {
+                    matches!(c.status, ClusterStatus::Progressing | ClusterStatus::Paused)
+                })
             })
             .count();
         for name in members {

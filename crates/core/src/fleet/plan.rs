@@ -119,12 +119,13 @@ impl FleetPlan {
         }
         let steps = fleet_rollout.spec.waves.steps.as_ref();
         let waves: Vec<Vec<String>> = layout.values().cloned().collect();
-        let max_update = waves
+        // Wave number N comes from step N - 1 (a step that takes no cluster leaves its number
+        // unused, so the index among the waves is not the step's).
+        let max_update = layout
             .iter()
-            .enumerate()
-            .map(|(i, wave)| {
+            .map(|(number, wave)| {
                 steps
-                    .and_then(|s| s.get(i))
+                    .and_then(|s| s.get((*number as usize).wrapping_sub(1)))
                     .and_then(|s| s.max_update)
                     .map_or(wave.len(), |m| {
                         m.resolve_ceil(wave.len() as i64).max(1) as usize

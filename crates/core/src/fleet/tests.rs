@@ -128,10 +128,19 @@ struct Sim {
 
 impl Sim {
     fn new(fleet_rollout: FleetRollout, condition: &str, truth: Truth) -> Sim {
+        Sim::with_fleet(&fleet(), fleet_rollout, condition, truth)
+    }
+
+    fn with_fleet(
+        fleet: &Fleet,
+        fleet_rollout: FleetRollout,
+        condition: &str,
+        truth: Truth,
+    ) -> Sim {
         let previous = rollout("payment-api:1.8.3");
         let next = rollout("payment-api:1.9.0");
         let plan = FleetPlan::resolve(
-            &fleet(),
+            fleet,
             &fleet_rollout,
             &[template(condition), wave_template(condition)],
         )
@@ -581,6 +590,26 @@ fn the_fleet_state_serializes_and_resumes_to_the_same_outputs() {
     assert_eq!(a.machine.state, b.machine.state);
 }
 
+#[test]
+fn a_step_that_takes_no_cluster_keeps_each_step_its_own_max_update() {
+    let mut fleet = fleet();
+    for cluster in &mut fleet.spec.clusters {
+        cluster.labels = [("tier".to_owned(), "prod".to_owned())].into();
+    }
+    let steps = json!({"steps": [
+        {"matchLabels": {"tier": "canary"}, "maxUpdate": 3},
+        {"matchLabels": {"tier": "prod"}, "maxUpdate": "25%"}
+    ]});
+    let plan = FleetPlan::resolve(
+        &fleet,
+        &fleet_rollout(json!({"waves": steps})),
+        &[template(GUARDED)],
+    )
+    .unwrap();
+    assert_eq!(plan.waves.len(), 1);
+    assert_eq!(plan.max_update, vec![1], "wave 2's own step: 25% of 4");
+}
+
 // === Wave-level analysis ===
 
 /// When the last cluster of a wave (0-based) was decided.
@@ -766,28 +795,158 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 struct FleetCase {
-    waves: Vec<u32>,
+    layout: Layout,
     regressed: Vec<bool>,
     unreachable: Option<usize>,
     commands: Vec<(u16, u8)>,
     cut: usize,
+    /// Whether the FleetRollout has a waveAnalysis, and which wave (1-based) it finds regressed.
+    wave_analysis: Option<Option<usize>>,
+}
+
+/// How the random fleet forms its waves.
+#[derive(Debug, Clone)]
+enum Layout {
+    /// `waves.list`: each cluster's wave.
+    List(Vec<u32>),
+    /// `waves.steps` over labelled clusters: each cluster's labels, and the steps (JSON).
+    Steps {
+        labels: Vec<BTreeMap<String, String>>,
+        steps: Vec<Value>,
+    },
+}
+
+const TIERS: [&str; 3] = ["canary", "prod", "edge"];
+const ZONES: [&str; 2] = ["a", "b"];
+
+/// One random label-selector step: matchLabels, matchExpressions (every operator), both, or
+/// none (takes every cluster left), with an optional maxUpdate as a count or a percentage.
+fn wave_step() -> impl Strategy<Value = Value> {
+    (
+        0u8..4,
+        0usize..3,
+        0usize..2,
+        0u8..4,
+        proptest::option::of((any::<bool>(), 1i64..4, 1i64..=100)),
+    )
+        .prop_map(|(kind, tier, zone, op, max_update)| {
+            let mut step = match kind {
+                0 => json!({"matchLabels": {"tier": TIERS[tier]}}),
+                1 => {
+                    let (key, operator, values) = match op {
+                        0 => ("tier", "In", json!([TIERS[tier], TIERS[(tier + 1) % 3]])),
+                        1 => ("tier", "NotIn", json!([TIERS[tier]])),
+                        2 => ("zone", "Exists", json!([])),
+                        _ => ("zone", "DoesNotExist", json!([])),
+                    };
+                    json!({"matchExpressions": [{"key": key, "operator": operator, "values": values}]})
+                }
+                2 => json!({
+                    "matchLabels": {"zone": ZONES[zone]},
+                    "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": [TIERS[tier]]}]
+                }),
+                _ => json!({}),
+            };
+            if let Some((percent, count, share)) = max_update {
+                step["maxUpdate"] = if percent {
+                    json!(format!("{share}%"))
+                } else {
+                    json!(count)
+                };
+            }
+            step
+        })
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    let labels = (
+        proptest::option::of(0usize..3),
+        proptest::option::of(0usize..2),
+    )
+        .prop_map(|(tier, zone)| {
+            let mut labels = BTreeMap::new();
+            if let Some(tier) = tier {
+                labels.insert("tier".to_owned(), TIERS[tier].to_owned());
+            }
+            if let Some(zone) = zone {
+                labels.insert("zone".to_owned(), ZONES[zone].to_owned());
+            }
+            labels
+        });
+    prop_oneof![
+        prop::collection::vec(1u32..4, 4).prop_map(Layout::List),
+        (
+            prop::collection::vec(labels, 4),
+            prop::collection::vec(wave_step(), 1..4)
+        )
+            .prop_map(|(labels, steps)| Layout::Steps { labels, steps })
+            // At least one cluster must be targeted.
+            .prop_filter("targets no cluster", |layout| !expected_waves(layout)
+                .is_empty()),
+    ]
 }
 
 fn fleet_case() -> impl Strategy<Value = FleetCase> {
     (
-        prop::collection::vec(1u32..4, 4),
+        layout(),
         prop::collection::vec(prop::bool::weighted(0.3), 4),
         proptest::option::of(0usize..4),
         prop::collection::vec((1u16..400, 0u8..5), 0..6),
         0usize..300,
+        proptest::option::of(proptest::option::weighted(0.3, 1usize..4)),
     )
-        .prop_map(|(waves, regressed, unreachable, commands, cut)| FleetCase {
-            waves,
-            regressed,
-            unreachable,
-            commands,
-            cut,
-        })
+        .prop_map(
+            |(layout, regressed, unreachable, commands, cut, wave_analysis)| FleetCase {
+                layout,
+                regressed,
+                unreachable,
+                commands,
+                cut,
+                wave_analysis,
+            },
+        )
+}
+
+/// The waves a layout forms, computed here from the steps' selectors (first matching step
+/// wins; step i is wave i + 1; an empty step leaves its number unused), each with the maxUpdate
+/// its step allows: wave number -> (clusters, maxUpdate).
+fn expected_waves(layout: &Layout) -> BTreeMap<u32, (Vec<String>, usize)> {
+    let mut waves: BTreeMap<u32, (Vec<String>, usize)> = BTreeMap::new();
+    match layout {
+        Layout::List(list) => {
+            for (cluster, wave) in CLUSTERS.iter().zip(list) {
+                waves.entry(*wave).or_default().0.push(cluster.to_string());
+            }
+            for (members, max) in waves.values_mut() {
+                *max = members.len();
+            }
+        }
+        Layout::Steps { labels, steps } => {
+            let steps: Vec<crate::spec::fleet::WaveStep> = steps
+                .iter()
+                .map(|s| serde_json::from_value(s.clone()).unwrap())
+                .collect();
+            for (cluster, labels) in CLUSTERS.iter().zip(labels) {
+                if let Some(i) = steps.iter().position(|s| s.matches(labels)) {
+                    waves
+                        .entry(i as u32 + 1)
+                        .or_default()
+                        .0
+                        .push(cluster.to_string());
+                }
+            }
+            for (number, (members, max)) in waves.iter_mut() {
+                let len = members.len() as i64;
+                *max = match steps[*number as usize - 1].max_update {
+                    None => len,
+                    Some(crate::spec::common::IntOrPercent::Int(n)) => n,
+                    Some(crate::spec::common::IntOrPercent::Percent(p)) => (len * p + 99) / 100,
+                }
+                .max(1) as usize;
+            }
+        }
+    }
+    waves
 }
 
 fn command_of(code: u8, cluster: &str) -> FleetCommand {
@@ -803,11 +962,23 @@ fn command_of(code: u8, cluster: &str) -> FleetCommand {
 }
 
 fn case_sim(case: &FleetCase) -> Sim {
-    let list: Vec<Value> = CLUSTERS
-        .iter()
-        .zip(&case.waves)
-        .map(|(c, w)| json!({"cluster": c, "wave": w}))
-        .collect();
+    let mut fleet = fleet();
+    let waves = match &case.layout {
+        Layout::List(list) => {
+            let list: Vec<Value> = CLUSTERS
+                .iter()
+                .zip(list)
+                .map(|(c, w)| json!({"cluster": c, "wave": w}))
+                .collect();
+            json!({"list": list})
+        }
+        Layout::Steps { labels, steps } => {
+            for (cluster, labels) in fleet.spec.clusters.iter_mut().zip(labels) {
+                cluster.labels = labels.clone();
+            }
+            json!({"steps": steps})
+        }
+    };
     let truth = Truth {
         regressed: CLUSTERS
             .iter()
@@ -816,20 +987,34 @@ fn case_sim(case: &FleetCase) -> Sim {
             .map(|(c, _)| *c)
             .collect(),
         unreachable: case.unreachable.map(|i| CLUSTERS[i]).into_iter().collect(),
+        wave_regressed: case.wave_analysis.flatten().into_iter().collect(),
         ..Truth::healthy()
     };
-    Sim::new(
-        fleet_rollout(
-            json!({"waves": {"list": list}, "bakeTime": "30s", "failurePolicy": {"unreachable": {"timeout": "2m"}}}),
-        ),
-        GUARDED,
-        truth,
-    )
+    let mut spec = json!({"waves": waves, "bakeTime": "30s", "failurePolicy": {"unreachable": {"timeout": "2m"}}});
+    if case.wave_analysis.is_some() {
+        spec["waveAnalysis"] = with_wave_analysis()["waveAnalysis"].clone();
+    }
+    Sim::with_fleet(&fleet, fleet_rollout(spec), GUARDED, truth)
 }
 
 /// Runs a case, checking the invariants at every tick; returns the final state.
 fn run_case(case: &FleetCase, checks: bool) -> FleetState {
     let mut sim = case_sim(case);
+    let expected = expected_waves(&case.layout);
+    let plan = &sim.machine.plan;
+    assert_eq!(
+        plan.waves,
+        expected
+            .values()
+            .map(|(c, _)| c.clone())
+            .collect::<Vec<_>>(),
+        "{case:?}"
+    );
+    assert_eq!(
+        plan.max_update,
+        expected.values().map(|(_, m)| *m).collect::<Vec<_>>(),
+        "{case:?}"
+    );
     let mut validated_at: BTreeMap<String, i64> = BTreeMap::new();
     let mut commands = case.commands.clone();
     commands.sort();
@@ -884,8 +1069,26 @@ fn run_case(case: &FleetCase, checks: bool) -> FleetState {
                 }
             }
         }
+        // At most maxUpdate clusters of a step in flight (progressing, or paused mid-update).
+        for (wave, members) in sim.machine.plan.waves.iter().enumerate() {
+            let in_flight = members
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        state.clusters[*c].status,
+                        ClusterStatus::Progressing | ClusterStatus::Paused
+                    )
+                })
+                .count();
+            assert!(
+                in_flight <= sim.machine.plan.max_update[wave],
+                "wave {}: {in_flight} clusters in flight: {case:?}",
+                wave + 1
+            );
+        }
         // No cluster of a later wave gets the new revision before every cluster of the earlier
-        // waves is validated on it.
+        // waves is validated on it (and, with a waveAnalysis, before the earlier waves'
+        // analyses measured).
         for (time, cluster, hash) in &sim.deployed {
             if *hash != new_hash {
                 continue;
@@ -898,6 +1101,22 @@ fn run_case(case: &FleetCase, checks: bool) -> FleetState {
                     "{cluster} (wave {}) got the new version at {time} before {earlier} was validated: {case:?}",
                     wave + 1
                 );
+            }
+            if case.wave_analysis.is_some() {
+                for earlier in 0..wave {
+                    assert!(
+                        sim.wave_measured
+                            .iter()
+                            .any(|(t, w, _)| *w == earlier && t < time),
+                        "{cluster} (wave {}) got the new version before wave {}'s analysis: {case:?}",
+                        wave + 1,
+                        earlier + 1
+                    );
+                    assert!(
+                        case.wave_analysis != Some(Some(earlier + 1)),
+                        "{cluster} got the new version past a failing wave analysis: {case:?}"
+                    );
+                }
             }
         }
     }

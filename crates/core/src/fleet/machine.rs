@@ -1,12 +1,14 @@
 //! The fleet machine: waves, evidence-keyed validation, targeted rollback, durable rejections,
 //! supersede, and the fleet-level commands.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{FleetPlan, fleet_revision};
-use crate::analysis::plan::RunPlan;
+use super::plan::{FleetPlan, fleet_revision, plan_key};
+use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
 use crate::analysis::{MeasureRequest, Millis, Outcome};
 use crate::rollout::{
@@ -250,11 +252,19 @@ pub struct FleetMachine {
     pub plan: FleetPlan,
     /// The state.
     pub state: FleetState,
-    run_plans: BTreeMap<(String, RunKey), std::sync::Arc<RunPlan>>,
-    hashes: (String, String),
-    known: BTreeMap<String, std::sync::Arc<Rollout>>,
+    /// Each cluster's run plans, by run.
+    run_plans: BTreeMap<String, Vec<(RunKey, Arc<RunPlan>)>>,
+    /// Plans by content ([`plan_key`]): clusters whose templates read none of their own
+    /// arguments share one plan.
+    plan_pool: BTreeMap<String, Arc<RunPlan>>,
+    /// The previous and the new revision's pod-template hashes.
+    hashes: (Arc<str>, Arc<str>),
+    /// Baseline specs by pod-template hash.
+    known: BTreeMap<String, (Arc<str>, Arc<Rollout>)>,
+    /// The clusters' names, in order (one list for every tick).
+    names: Arc<[String]>,
     /// The wave-level analysis plan of one wave (derived again after a restore).
-    wave_plan: Option<(usize, Result<std::sync::Arc<RunPlan>, String>)>,
+    wave_plan: Option<(usize, Result<Arc<RunPlan>, String>)>,
 }
 
 impl FleetMachine {
@@ -278,12 +288,14 @@ impl FleetMachine {
         });
         FleetMachine {
             hashes: (
-                rollout::template_hash(revisions.previous),
-                rollout::template_hash(revisions.next),
+                rollout::template_hash(revisions.previous).into(),
+                rollout::template_hash(revisions.next).into(),
             ),
+            names: state.clusters.keys().cloned().collect(),
             plan,
             state,
             run_plans: BTreeMap::new(),
+            plan_pool: BTreeMap::new(),
             known: BTreeMap::new(),
             wave_plan: None,
         }
@@ -294,7 +306,7 @@ impl FleetMachine {
         &mut self,
         next: &Rollout,
         wave: usize,
-    ) -> Option<Result<std::sync::Arc<RunPlan>, String>> {
+    ) -> Option<Result<Arc<RunPlan>, String>> {
         if let Some((w, plan)) = &self.wave_plan
             && *w == wave
         {
@@ -303,24 +315,34 @@ impl FleetMachine {
         let plan = self
             .plan
             .wave_run_plan(next, wave)?
-            .map(std::sync::Arc::new)
+            .map(Arc::new)
             .map_err(|e| e.to_string());
         self.wave_plan = Some((wave, plan.clone()));
         Some(plan)
     }
 
-    fn run_plan(
-        &mut self,
-        rollout: &Rollout,
-        cluster: &str,
-        run: RunKey,
-    ) -> Option<std::sync::Arc<RunPlan>> {
-        let key = (cluster.to_owned(), run);
-        if let Some(plan) = self.run_plans.get(&key) {
+    fn run_plan(&mut self, rollout: &Rollout, cluster: &str, run: RunKey) -> Option<Arc<RunPlan>> {
+        if let Some((_, plan)) = self
+            .run_plans
+            .get(cluster)
+            .and_then(|plans| plans.iter().find(|(key, _)| *key == run))
+        {
             return Some(plan.clone());
         }
-        let plan = std::sync::Arc::new(self.plan.run_plan(rollout, cluster, run).ok()?);
-        self.run_plans.insert(key, plan.clone());
+        let (spec, values) = self.plan.run_plan_inputs(rollout, cluster, run).ok()?;
+        let key = plan_key(&spec, &values);
+        let plan = match self.plan_pool.get(&key) {
+            Some(plan) => plan.clone(),
+            None => {
+                let plan = Arc::new(resolve(&spec, &values).ok()?);
+                self.plan_pool.insert(key, plan.clone());
+                plan
+            }
+        };
+        self.run_plans
+            .entry(cluster.to_owned())
+            .or_default()
+            .push((run, plan.clone()));
         Some(plan)
     }
 
@@ -343,7 +365,7 @@ impl FleetMachine {
                 .stable
                 .and_then(|s| cluster.rollout.revision(s))
                 .map(|r| r.hash.clone());
-            cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h));
+            cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h.as_str()));
         }
         for cluster in self.state.clusters.values_mut() {
             if cluster.status == ClusterStatus::Progressing
@@ -360,10 +382,11 @@ impl FleetMachine {
             cluster.runs.clear();
         }
         self.hashes = (
-            rollout::template_hash(revisions.previous),
-            rollout::template_hash(revisions.next),
+            rollout::template_hash(revisions.previous).into(),
+            rollout::template_hash(revisions.next).into(),
         );
         self.run_plans.clear();
+        self.plan_pool.clear();
         self.wave_plan = None;
         // A wave run of the old revision stops; the new revision's runs take later attempts.
         if let Some(wave_run) = &mut self.state.wave_run {
@@ -382,23 +405,23 @@ impl FleetMachine {
     /// Makes a spec available as a baseline (a restored machine is told the specs its clusters'
     /// baselines name).
     pub fn remember(&mut self, rollout: &Rollout) {
-        self.known.insert(
-            rollout::template_hash(rollout),
-            std::sync::Arc::new(rollout.clone()),
-        );
+        let hash = rollout::template_hash(rollout);
+        self.known
+            .insert(hash.clone(), (hash.into(), Arc::new(rollout.clone())));
     }
 
     /// The spec a cluster runs now, and its template hash.
-    fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, String) {
+    fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, Arc<str>) {
         let cluster = &self.state.clusters[name];
         if cluster.on_new_spec {
             return (SpecRef::Borrowed(revisions.next), self.hashes.1.clone());
         }
-        if let Some(spec) = cluster.baseline.as_ref().and_then(|h| self.known.get(h)) {
-            return (
-                SpecRef::Shared(spec.clone()),
-                cluster.baseline.clone().unwrap_or_default(),
-            );
+        if let Some((hash, spec)) = cluster
+            .baseline
+            .as_ref()
+            .and_then(|h| self.known.get(h.as_str()))
+        {
+            return (SpecRef::Shared(spec.clone()), hash.clone());
         }
         (SpecRef::Borrowed(revisions.previous), self.hashes.0.clone())
     }
@@ -462,13 +485,20 @@ impl FleetMachine {
                 run.handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
             }
         }
-        let names: Vec<String> = self.state.clusters.keys().cloned().collect();
-        for name in names {
+        // Both in name order: one merge pass instead of a lookup per cluster.
+        let names = self.names.clone();
+        let mut reported = observations.iter().peekable();
+        for name in names.iter() {
             static UNREPORTED: std::sync::OnceLock<ClusterObservation> = std::sync::OnceLock::new();
-            let observation = observations
-                .get(&name)
-                .unwrap_or_else(|| UNREPORTED.get_or_init(ClusterObservation::default));
-            self.tick_cluster(&name, revisions, observation, now, &mut output);
+            while reported
+                .next_if(|(k, _)| k.as_str() < name.as_str())
+                .is_some()
+            {}
+            let observation = match reported.peek() {
+                Some((k, observation)) if *k == name => observation,
+                _ => UNREPORTED.get_or_init(ClusterObservation::default),
+            };
+            self.tick_cluster(name, revisions, observation, now, &mut output);
         }
         self.gate(revisions.next, now, &mut output);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
@@ -564,16 +594,16 @@ impl FleetMachine {
         if self.state.phase != FleetPhase::Progressing || self.state.paused {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+        let Some(members) = self.plan.waves.get(self.state.wave) else {
             return;
         };
         let limit = self.plan.max_update[self.state.wave];
-        let revision = self.state.revision.clone();
+        let state = &mut self.state;
         // A paused cluster is still mid-update: it holds its maxUpdate slot.
         let mut progressing = members
             .iter()
             .filter(|n| {
-                self.state.clusters.get(*n).is_some_and(|c| {
+                state.clusters.get(*n).is_some_and(|c| {
                     matches!(c.status, ClusterStatus::Progressing | ClusterStatus::Paused)
                 })
             })
@@ -582,18 +612,17 @@ impl FleetMachine {
             if progressing >= limit {
                 break;
             }
-            if self
-                .state
-                .rejections
-                .contains(&(name.clone(), revision.clone()))
-            {
-                continue;
-            }
-            let Some(cluster) = self.state.clusters.get_mut(&name) else {
+            let Some(cluster) = state.clusters.get_mut(name) else {
                 continue;
             };
-            // A cluster starts from its settled previous revision (reconciled at least once).
-            if cluster.status != ClusterStatus::NotStarted || cluster.rollout.stable.is_none() {
+            // A cluster starts from its settled previous revision (reconciled at least once),
+            // unless it rejected this revision.
+            if cluster.status != ClusterStatus::NotStarted
+                || cluster.rollout.stable.is_none()
+                || state
+                    .rejections
+                    .contains(&(name.clone(), state.revision.clone()))
+            {
                 continue;
             }
             cluster.status = ClusterStatus::Progressing;
@@ -601,8 +630,8 @@ impl FleetMachine {
             cluster.started_at = Some(now);
             cluster.reason = "updating".into();
             progressing += 1;
-            if self.state.wave_started_at[self.state.wave].is_none() {
-                self.state.wave_started_at[self.state.wave] = Some(now);
+            if state.wave_started_at[state.wave].is_none() {
+                state.wave_started_at[state.wave] = Some(now);
             }
         }
     }
@@ -649,14 +678,14 @@ impl FleetMachine {
             return;
         }
         // Feed the runs' phases to the engine, take its decisions.
-        let mut observed = observation.observed.clone();
+        let mut observed = Cow::Borrowed(&observation.observed);
         let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
         for key in cluster_runs {
             let Some(plan) = self.run_plan(spec, name, key) else {
                 continue;
             };
             let run = &self.state.clusters[name].runs[&key];
-            observed.analysis.insert(
+            observed.to_mut().analysis.insert(
                 key,
                 RunReport {
                     phase: run.phase,
@@ -744,10 +773,7 @@ impl FleetMachine {
     /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
     /// or paused without evidence.
     fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis) {
-        let revision = self.state.revision.clone();
         let new_hash = self.hashes.1.clone();
-        let scope = self.plan.policy.rollback_scope;
-        let wave = self.plan.wave_of(name);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
@@ -764,6 +790,9 @@ impl FleetMachine {
         if engine.abort {
             // Failed: record why, reject the revision for this cluster, roll it back alone.
             let failure = cluster.runs.values().find_map(run_failure);
+            let revision = self.state.revision.clone();
+            let scope = self.plan.policy.rollback_scope;
+            let wave = self.plan.wave_of(name);
             cluster.status = ClusterStatus::RolledBack;
             cluster.decided_at = Some(now);
             cluster.reason = engine.message.clone();
@@ -784,7 +813,7 @@ impl FleetMachine {
             && engine
                 .current
                 .and_then(|c| engine.revision(c))
-                .is_some_and(|r| r.hash == new_hash);
+                .is_some_and(|r| *r.hash == *new_hash);
         if !healthy {
             return;
         }
@@ -1021,17 +1050,13 @@ impl FleetMachine {
         if self.state.phase != FleetPhase::Progressing {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+        let Some(members) = self.plan.waves.get(self.state.wave) else {
             self.state.phase = FleetPhase::Completed;
             return;
         };
-        let statuses: Vec<ClusterStatus> = members
-            .iter()
-            .map(|n| self.state.clusters[n].status)
-            .collect();
-        let decided = statuses.iter().all(|s| {
+        let decided = members.iter().all(|n| {
             matches!(
-                s,
+                self.state.clusters[n].status,
                 ClusterStatus::Validated | ClusterStatus::Skipped | ClusterStatus::RolledBack
             )
         });
@@ -1138,7 +1163,7 @@ mod runs_as_pairs {
 /// A spec borrowed from the caller or shared from the machine's baselines.
 enum SpecRef<'r> {
     Borrowed(&'r Rollout),
-    Shared(std::sync::Arc<Rollout>),
+    Shared(Arc<Rollout>),
 }
 
 impl std::ops::Deref for SpecRef<'_> {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::plan::{ArgValue, PlanError, RunPlan, resolve};
+use crate::analysis::plan::{ArgValue, METRICS_ADDRESS_ARG, PlanError, RunPlan, resolve};
 use crate::rollout::{AnalysisSlot, RunKey, template_hash};
 use crate::spec::analysis::{AnalysisTemplate, AnalysisTemplateSpec};
 use crate::spec::fleet::{
@@ -187,6 +187,17 @@ impl FleetPlan {
         cluster: &str,
         run: RunKey,
     ) -> Result<RunPlan, PlanError> {
+        let (spec, values) = self.run_plan_inputs(rollout, cluster, run)?;
+        resolve(&spec, &values)
+    }
+
+    /// What [`FleetPlan::run_plan`] resolves: the merged template and the argument values.
+    pub fn run_plan_inputs(
+        &self,
+        rollout: &Rollout,
+        cluster: &str,
+        run: RunKey,
+    ) -> Result<(AnalysisTemplateSpec, BTreeMap<String, ArgValue>), PlanError> {
         let (refs, args) = analysis_refs(rollout, run.slot);
         let spec = self.merge_templates(&refs)?;
         let mut values = argument_values(rollout, &args);
@@ -201,7 +212,7 @@ impl FleetPlan {
         for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
             values.insert(name, ArgValue::plain(value));
         }
-        resolve(&spec, &values)
+        Ok((spec, values))
     }
 
     /// The analysis plan of wave `wave`'s (0-based) wave-level analysis: the `waveAnalysis`
@@ -250,6 +261,33 @@ impl FleetPlan {
         }
         Ok(spec)
     }
+}
+
+/// A key that two resolutions share exactly when they resolve to the same plan: the merged
+/// template, and the values of the arguments it can read (declared ones, `{{args.x}}`
+/// placeholders, and `metrics-address` when a metric queries Prometheus). Clusters whose
+/// templates do not read their own arguments then share one plan.
+pub fn plan_key(spec: &AnalysisTemplateSpec, values: &BTreeMap<String, ArgValue>) -> String {
+    let text = serde_json::to_string(spec).unwrap_or_default();
+    let mut key = text.clone();
+    // Conservative: a name after any `args.` (placeholders may hold spaces) counts as read.
+    let placed = |name: &str| {
+        text.match_indices("args.")
+            .any(|(i, _)| text[i + 5..].trim_start().starts_with(name))
+    };
+    for (name, value) in values {
+        let read = spec.args.iter().any(|a| &a.name == name)
+            || placed(name)
+            || (name == METRICS_ADDRESS_ARG && text.contains("prometheus"));
+        if read {
+            key.push('\0');
+            key.push_str(name);
+            key.push('\0');
+            key.push_str(&value.value);
+            key.push(if value.secret { '1' } else { '0' });
+        }
+    }
+    key
 }
 
 /// The injected argument of a wave-level analysis: the wave's number, 1-based.

@@ -74,8 +74,7 @@ pub struct ClusterState {
     /// Its rollout engine's state.
     pub rollout: RolloutState,
     /// Its analysis runs.
-    #[serde(with = "runs_as_pairs")]
-    pub runs: BTreeMap<RunKey, Run>,
+    pub runs: RunMap,
     /// Whether the cluster runs the new revision's spec (else the previous one).
     pub on_new_spec: bool,
     /// When it started the new revision.
@@ -1135,28 +1134,93 @@ fn run_failure(run: &Run) -> Option<Failure> {
     })
 }
 
-/// JSON maps need string keys: runs are stored as a list of (key, run) pairs.
-mod runs_as_pairs {
-    use std::collections::BTreeMap;
+/// A cluster's analysis runs by key: a short list kept sorted by key (a cluster has a handful
+/// of runs, and in a large fleet a map's node would cost more than the runs it holds).
+/// Serialized as a list of (key, run) pairs (JSON maps need string keys).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunMap(Vec<(RunKey, Run)>);
 
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use crate::analysis::run::Run;
-    use crate::rollout::RunKey;
-
-    pub fn serialize<S: Serializer>(
-        runs: &BTreeMap<RunKey, Run>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        runs.iter().collect::<Vec<_>>().serialize(serializer)
+impl RunMap {
+    fn position(&self, key: &RunKey) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<BTreeMap<RunKey, Run>, D::Error> {
-        Ok(Vec::<(RunKey, Run)>::deserialize(deserializer)?
+    /// The run of a key.
+    pub fn get(&self, key: &RunKey) -> Option<&Run> {
+        self.position(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// The run of a key, to change it.
+    pub fn get_mut(&mut self, key: &RunKey) -> Option<&mut Run> {
+        self.position(key).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// Sets the run of a key; returns the one it replaces.
+    pub fn insert(&mut self, key: RunKey, run: Run) -> Option<Run> {
+        match self.position(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, run)),
+            Err(i) => {
+                if self.0.len() == self.0.capacity() {
+                    self.0.reserve_exact(1);
+                }
+                self.0.insert(i, (key, run));
+                None
+            }
+        }
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &RunKey> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// The runs, in key order.
+    pub fn values(&self) -> impl Iterator<Item = &Run> {
+        self.0.iter().map(|(_, r)| r)
+    }
+
+    /// (key, run) pairs, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&RunKey, &Run)> {
+        self.0.iter().map(|(k, r)| (k, r))
+    }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Removes every run.
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+}
+
+impl std::ops::Index<&RunKey> for RunMap {
+    type Output = Run;
+
+    fn index(&self, key: &RunKey) -> &Run {
+        self.get(key).expect("known run")
+    }
+}
+
+impl Serialize for RunMap {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunMap {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RunMap, D::Error> {
+        // Sorted by key, the last of a repeated key kept (as a map would).
+        let runs: BTreeMap<RunKey, Run> = Vec::<(RunKey, Run)>::deserialize(deserializer)?
             .into_iter()
-            .collect())
+            .collect();
+        Ok(RunMap(runs.into_iter().collect()))
     }
 }
 

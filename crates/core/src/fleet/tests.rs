@@ -710,6 +710,39 @@ fn a_failing_wave_analysis_halts_the_fleet_naming_the_wave_metric_and_value() {
 }
 
 #[test]
+fn retry_after_a_failed_wave_analysis_runs_it_again() {
+    let truth = Truth {
+        wave_regressed: [1].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.machine.state.wave_run.as_ref().unwrap().attempt, 0);
+    // The wave's traffic recovers; an operator retries.
+    sim.truth.wave_regressed.clear();
+    sim.now += 5_000;
+    sim.step(&[FleetCommand::Retry]);
+    sim.run_until(sim.now + 3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+    let first_wave_runs: Vec<i64> = sim
+        .wave_measured
+        .iter()
+        .filter(|(_, w, _)| *w == 0)
+        .map(|(t, _, _)| *t)
+        .collect();
+    assert_eq!(
+        first_wave_runs.len(),
+        3,
+        "one failed measurement, then two that passed"
+    );
+    for cluster in CLUSTERS {
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+}
+
+#[test]
 fn a_wave_analysis_without_data_never_advances_the_fleet() {
     // A failure-only condition passes on an empty result: Successful without evidence, which
     // pauses the fleet instead of completing the wave, and keeps doing so after a resume.

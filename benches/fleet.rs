@@ -1,22 +1,29 @@
 //! Fleet simulation at scale: 10 services rolled out at once across 10,000 clusters each
 //! (100,000 cluster-rollouts), through a full rollout on virtual time. Reports wall time, peak
 //! memory (VmHWM) and the cost of one decision tick of one 10,000-cluster fleet.
-//! Run with `cargo bench --bench fleet`.
+//! Run with `cargo bench --bench fleet`; for a smaller run while iterating, set
+//! `FLEET_BENCH_CLUSTERS` and `FLEET_BENCH_SERVICES` (e.g. 2000 and 2; the waves keep their
+//! shape: 10 canary clusters, then up to 990, then the rest).
 
 use std::time::Instant;
 
 use flotilla_core::manifest::load_bytes;
 use flotilla_core::simulate::{Inputs, run_observed};
 
-const CLUSTERS: usize = 10_000;
-const SERVICES: usize = 10;
+/// A size from the environment, or its default.
+fn size(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
-fn scenario(service: usize) -> String {
+fn scenario(service: usize, clusters: usize) -> String {
     let mut fleet = String::from(
         "apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  clusters:\n",
     );
     let mut traffic = String::new();
-    for i in 0..CLUSTERS {
+    for i in 0..clusters {
         // Waves: 10 canary clusters, then 990, then the other 9,000.
         let tier = if i < 10 {
             "canary"
@@ -101,10 +108,12 @@ fn main() {
         // `cargo test --benches` and `cargo bench -- --list` probe bench binaries: nothing to list.
         return;
     }
+    let clusters = size("FLEET_BENCH_CLUSTERS", 10_000);
+    let services = size("FLEET_BENCH_SERVICES", 10);
     let started = Instant::now();
-    let inputs: Vec<Inputs> = (0..SERVICES)
+    let inputs: Vec<Inputs> = (0..services)
         .map(|service| {
-            let text = scenario(service);
+            let text = scenario(service, clusters);
             let load = load_bytes("scale.yaml", text.as_bytes());
             assert!(
                 load.diagnostics
@@ -118,7 +127,7 @@ fn main() {
         .collect();
     let loaded = started.elapsed();
     eprintln!(
-        "loaded {SERVICES} scenarios of {CLUSTERS} clusters in {loaded:?}; peak RSS so far {:.0} MiB",
+        "loaded {services} scenarios of {clusters} clusters in {loaded:?}; peak RSS so far {:.0} MiB",
         peak_rss_mib()
     );
     // One fleet alone, for the cost of a tick without contention.
@@ -133,7 +142,7 @@ fn main() {
     solo.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let solo_pct = |p: f64| solo[((solo.len() - 1) as f64 * p) as usize];
     println!(
-        "one {CLUSTERS}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        "one {clusters}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
         report.outcome,
         solo.len(),
         solo_pct(0.5),
@@ -170,8 +179,8 @@ fn main() {
     let pct = |p: f64| ticks[((ticks.len() - 1) as f64 * p) as usize];
     let outcomes: Vec<&str> = results.iter().map(|(o, _)| o.as_str()).collect();
     println!(
-        "fleet simulation: {SERVICES} services x {CLUSTERS} clusters = {} cluster-rollouts",
-        SERVICES * CLUSTERS
+        "fleet simulation: {services} services x {clusters} clusters = {} cluster-rollouts",
+        services * clusters
     );
     println!("  outcomes: {outcomes:?}");
     println!(
@@ -180,7 +189,7 @@ fn main() {
     );
     println!("  peak memory (VmHWM): {:.0} MiB", peak_rss_mib());
     println!(
-        "  one tick of one {CLUSTERS}-cluster fleet (decide + synthetic traffic), ms: p50 {:.1}, p90 {:.1}, max {:.1} ({} ticks, measured while {SERVICES} fleets share the cores)",
+        "  one tick of one {clusters}-cluster fleet (decide + synthetic traffic), ms: p50 {:.1}, p90 {:.1}, max {:.1} ({} ticks, measured while {services} fleets share the cores)",
         pct(0.5),
         pct(0.9),
         pct(1.0),

@@ -255,6 +255,11 @@ impl Run {
             if self.due_at(metric, index).is_some_and(|due| due <= now) {
                 let state = &mut self.metrics[index];
                 state.in_flight = true;
+                // Grown one at a time: retention bounds the list, and in a large fleet a
+                // doubled capacity would cost more than the measurements kept.
+                if state.measurements.len() == state.measurements.capacity() {
+                    state.measurements.reserve_exact(1);
+                }
                 state.measurements.push_back(Measurement {
                     phase: AnalysisPhase::Running,
                     value: String::new(),

@@ -1,15 +1,19 @@
 //! The fleet machine: waves, evidence-keyed validation, targeted rollback, durable rejections,
 //! supersede, and the fleet-level commands.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::{FleetPlan, fleet_revision};
-use crate::analysis::plan::RunPlan;
+use super::plan::{FleetPlan, fleet_revision, plan_key};
+use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
 use crate::analysis::{MeasureRequest, Millis, Outcome};
-use crate::rollout::{self, Action, Command, Observed, Phase, RolloutState, RunKey, RunReport};
+use crate::rollout::{
+    self, Action, AnalysisSlot, Command, Observed, Phase, RolloutState, RunKey, RunReport,
+};
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
 use crate::spec::fleet::{RollbackScope, UnreachableAction};
 use crate::spec::rollout::Rollout;
@@ -70,8 +74,7 @@ pub struct ClusterState {
     /// Its rollout engine's state.
     pub rollout: RolloutState,
     /// Its analysis runs.
-    #[serde(with = "runs_as_pairs")]
-    pub runs: BTreeMap<RunKey, Run>,
+    pub runs: RunMap,
     /// Whether the cluster runs the new revision's spec (else the previous one).
     pub on_new_spec: bool,
     /// When it started the new revision.
@@ -116,6 +119,37 @@ pub struct FleetState {
     pub rejections: BTreeSet<(String, String)>,
     /// Operator pause.
     pub paused: bool,
+    /// The wave-level analysis (`waveAnalysis`) of the latest wave that ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_run: Option<WaveRun>,
+}
+
+/// A wave-level analysis run: one per wave, started once every cluster of the wave is decided
+/// and the bake time has elapsed. Its measurements are keyed by
+/// `RunKey { revision: 0, attempt, slot: AnalysisSlot::Wave(wave + 1) }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveRun {
+    /// The wave (0-based).
+    pub wave: usize,
+    /// Which attempt (a resume after Inconclusive, or a retry after Failed, starts another).
+    pub attempt: u32,
+    /// The run.
+    pub run: Run,
+    /// Whether its verdict was acted on (the fleet paused or halted on it): a fleet that
+    /// progresses again past a settled run that did not pass starts a new attempt.
+    pub settled: bool,
+}
+
+impl WaveRun {
+    /// The key its measurements carry.
+    pub fn key(&self) -> RunKey {
+        RunKey {
+            revision: 0,
+            attempt: self.attempt,
+            slot: AnalysisSlot::Wave(self.wave as u32 + 1),
+        }
+    }
 }
 
 /// What a cluster reports at one tick.
@@ -148,21 +182,42 @@ pub enum FleetCommand {
     Retry,
 }
 
-/// A measurement the driver must take for a cluster's run.
+/// A measurement the driver must take for a cluster's run, or for a wave-level analysis.
+///
+/// A wave-level analysis is keyed by its run's slot, `AnalysisSlot::Wave(n)` (n the 1-based
+/// wave), and has no cluster: `cluster` is empty, and [`ClusterMeasurement::wave`] gives the
+/// wave. The driver measures it over the wave (docs/simulate.md: the simulator aggregates the
+/// wave's validated clusters' traffic).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterMeasurement {
-    /// The cluster.
+    /// The cluster (empty for a wave-level analysis).
     pub cluster: String,
-    /// The run.
+    /// The run (slot `AnalysisSlot::Wave(n)` for wave n's analysis).
     pub run: RunKey,
     /// The measurement.
     pub request: MeasureRequest,
 }
 
-/// A measurement's outcome, fed back to the machine.
+impl ClusterMeasurement {
+    /// The 0-based wave whose wave-level analysis this measurement is for, if it is one.
+    pub fn wave(&self) -> Option<usize> {
+        wave_of_key(self.run)
+    }
+}
+
+/// The 0-based wave of a wave-level analysis run's key.
+fn wave_of_key(run: RunKey) -> Option<usize> {
+    match run.slot {
+        AnalysisSlot::Wave(n) => (n as usize).checked_sub(1),
+        _ => None,
+    }
+}
+
+/// A measurement's outcome, fed back to the machine (with the `cluster` and `run` of its
+/// [`ClusterMeasurement`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterOutcome {
-    /// The cluster.
+    /// The cluster (empty for a wave-level analysis).
     pub cluster: String,
     /// The run.
     pub run: RunKey,
@@ -196,9 +251,19 @@ pub struct FleetMachine {
     pub plan: FleetPlan,
     /// The state.
     pub state: FleetState,
-    run_plans: BTreeMap<(String, RunKey), std::sync::Arc<RunPlan>>,
-    hashes: (String, String),
-    known: BTreeMap<String, std::sync::Arc<Rollout>>,
+    /// Each cluster's run plans, by run.
+    run_plans: BTreeMap<String, Vec<(RunKey, Arc<RunPlan>)>>,
+    /// Plans by content ([`plan_key`]): clusters whose templates read none of their own
+    /// arguments share one plan.
+    plan_pool: BTreeMap<String, Arc<RunPlan>>,
+    /// The previous and the new revision's pod-template hashes.
+    hashes: (Arc<str>, Arc<str>),
+    /// Baseline specs by pod-template hash.
+    known: BTreeMap<String, (Arc<str>, Arc<Rollout>)>,
+    /// The clusters' names, in order (one list for every tick).
+    names: Arc<[String]>,
+    /// The wave-level analysis plan of one wave (derived again after a restore).
+    wave_plan: Option<(usize, Result<Arc<RunPlan>, String>)>,
 }
 
 impl FleetMachine {
@@ -222,28 +287,61 @@ impl FleetMachine {
         });
         FleetMachine {
             hashes: (
-                rollout::template_hash(revisions.previous),
-                rollout::template_hash(revisions.next),
+                rollout::template_hash(revisions.previous).into(),
+                rollout::template_hash(revisions.next).into(),
             ),
+            names: state.clusters.keys().cloned().collect(),
             plan,
             state,
             run_plans: BTreeMap::new(),
+            plan_pool: BTreeMap::new(),
             known: BTreeMap::new(),
+            wave_plan: None,
         }
     }
 
-    fn run_plan(
+    /// The plan of wave `wave`'s wave-level analysis (Err: why it cannot run).
+    fn wave_run_plan(
         &mut self,
-        rollout: &Rollout,
-        cluster: &str,
-        run: RunKey,
-    ) -> Option<std::sync::Arc<RunPlan>> {
-        let key = (cluster.to_owned(), run);
-        if let Some(plan) = self.run_plans.get(&key) {
+        next: &Rollout,
+        wave: usize,
+    ) -> Option<Result<Arc<RunPlan>, String>> {
+        if let Some((w, plan)) = &self.wave_plan
+            && *w == wave
+        {
             return Some(plan.clone());
         }
-        let plan = std::sync::Arc::new(self.plan.run_plan(rollout, cluster, run).ok()?);
-        self.run_plans.insert(key, plan.clone());
+        let plan = self
+            .plan
+            .wave_run_plan(next, wave)?
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        self.wave_plan = Some((wave, plan.clone()));
+        Some(plan)
+    }
+
+    fn run_plan(&mut self, rollout: &Rollout, cluster: &str, run: RunKey) -> Option<Arc<RunPlan>> {
+        if let Some((_, plan)) = self
+            .run_plans
+            .get(cluster)
+            .and_then(|plans| plans.iter().find(|(key, _)| *key == run))
+        {
+            return Some(plan.clone());
+        }
+        let (spec, values) = self.plan.run_plan_inputs(rollout, cluster, run).ok()?;
+        let key = plan_key(&spec, &values);
+        let plan = match self.plan_pool.get(&key) {
+            Some(plan) => plan.clone(),
+            None => {
+                let plan = Arc::new(resolve(&spec, &values).ok()?);
+                self.plan_pool.insert(key, plan.clone());
+                plan
+            }
+        };
+        self.run_plans
+            .entry(cluster.to_owned())
+            .or_default()
+            .push((run, plan.clone()));
         Some(plan)
     }
 
@@ -266,7 +364,7 @@ impl FleetMachine {
                 .stable
                 .and_then(|s| cluster.rollout.revision(s))
                 .map(|r| r.hash.clone());
-            cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h));
+            cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h.as_str()));
         }
         for cluster in self.state.clusters.values_mut() {
             if cluster.status == ClusterStatus::Progressing
@@ -283,10 +381,17 @@ impl FleetMachine {
             cluster.runs.clear();
         }
         self.hashes = (
-            rollout::template_hash(revisions.previous),
-            rollout::template_hash(revisions.next),
+            rollout::template_hash(revisions.previous).into(),
+            rollout::template_hash(revisions.next).into(),
         );
         self.run_plans.clear();
+        self.plan_pool.clear();
+        self.wave_plan = None;
+        // A wave run of the old revision stops; the new revision's runs take later attempts.
+        if let Some(wave_run) = &mut self.state.wave_run {
+            wave_run.run.terminate();
+            wave_run.settled = true;
+        }
         self.state.revision = revision;
         self.state.phase = FleetPhase::Progressing;
         self.state.message = "superseded: a new revision starts from wave 1".into();
@@ -299,23 +404,23 @@ impl FleetMachine {
     /// Makes a spec available as a baseline (a restored machine is told the specs its clusters'
     /// baselines name).
     pub fn remember(&mut self, rollout: &Rollout) {
-        self.known.insert(
-            rollout::template_hash(rollout),
-            std::sync::Arc::new(rollout.clone()),
-        );
+        let hash = rollout::template_hash(rollout);
+        self.known
+            .insert(hash.clone(), (hash.into(), Arc::new(rollout.clone())));
     }
 
     /// The spec a cluster runs now, and its template hash.
-    fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, String) {
+    fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, Arc<str>) {
         let cluster = &self.state.clusters[name];
         if cluster.on_new_spec {
             return (SpecRef::Borrowed(revisions.next), self.hashes.1.clone());
         }
-        if let Some(spec) = cluster.baseline.as_ref().and_then(|h| self.known.get(h)) {
-            return (
-                SpecRef::Shared(spec.clone()),
-                cluster.baseline.clone().unwrap_or_default(),
-            );
+        if let Some((hash, spec)) = cluster
+            .baseline
+            .as_ref()
+            .and_then(|h| self.known.get(h.as_str()))
+        {
+            return (SpecRef::Shared(spec.clone()), hash.clone());
         }
         (SpecRef::Borrowed(revisions.previous), self.hashes.0.clone())
     }
@@ -357,6 +462,10 @@ impl FleetMachine {
         self.handle_commands(commands);
         // Measurement outcomes into their runs.
         for outcome in outcomes {
+            if let Some(wave) = wave_of_key(outcome.run) {
+                self.wave_outcome(wave, outcome, revisions.next, now);
+                continue;
+            }
             // The plan is derived again when the machine was restored from persisted state.
             if !self.state.clusters.contains_key(&outcome.cluster) {
                 continue;
@@ -375,15 +484,22 @@ impl FleetMachine {
                 run.handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
             }
         }
-        let names: Vec<String> = self.state.clusters.keys().cloned().collect();
-        for name in names {
+        // Both in name order: one merge pass instead of a lookup per cluster.
+        let names = self.names.clone();
+        let mut reported = observations.iter().peekable();
+        for name in names.iter() {
             static UNREPORTED: std::sync::OnceLock<ClusterObservation> = std::sync::OnceLock::new();
-            let observation = observations
-                .get(&name)
-                .unwrap_or_else(|| UNREPORTED.get_or_init(ClusterObservation::default));
-            self.tick_cluster(&name, revisions, observation, now, &mut output);
+            while reported
+                .next_if(|(k, _)| k.as_str() < name.as_str())
+                .is_some()
+            {}
+            let observation = match reported.peek() {
+                Some((k, observation)) if *k == name => observation,
+                _ => UNREPORTED.get_or_init(ClusterObservation::default),
+            };
+            self.tick_cluster(name, revisions, observation, now, &mut output);
         }
-        self.gate(now);
+        self.gate(revisions.next, now, &mut output);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
         self.start_clusters(now);
         output
@@ -471,41 +587,41 @@ impl FleetMachine {
         }
     }
 
-    /// Starts clusters of the current wave, within maxUpdate, unless paused, halted or rejected.
+    /// Starts clusters of the current wave, within maxUpdate (clusters in flight: progressing or
+    /// paused), unless the fleet is paused or halted or the cluster rejected.
     fn start_clusters(&mut self, now: Millis) {
         if self.state.phase != FleetPhase::Progressing || self.state.paused {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+        let Some(members) = self.plan.waves.get(self.state.wave) else {
             return;
         };
         let limit = self.plan.max_update[self.state.wave];
-        let revision = self.state.revision.clone();
+        let state = &mut self.state;
+        // A paused cluster is still mid-update: it holds its maxUpdate slot.
         let mut progressing = members
             .iter()
             .filter(|n| {
-                self.state
-                    .clusters
-                    .get(*n)
-                    .is_some_and(|c| c.status == ClusterStatus::Progressing)
+                state.clusters.get(*n).is_some_and(|c| {
+                    matches!(c.status, ClusterStatus::Progressing | ClusterStatus::Paused)
+                })
             })
             .count();
         for name in members {
             if progressing >= limit {
                 break;
             }
-            if self
-                .state
-                .rejections
-                .contains(&(name.clone(), revision.clone()))
-            {
-                continue;
-            }
-            let Some(cluster) = self.state.clusters.get_mut(&name) else {
+            let Some(cluster) = state.clusters.get_mut(name) else {
                 continue;
             };
-            // A cluster starts from its settled previous revision (reconciled at least once).
-            if cluster.status != ClusterStatus::NotStarted || cluster.rollout.stable.is_none() {
+            // A cluster starts from its settled previous revision (reconciled at least once),
+            // unless it rejected this revision.
+            if cluster.status != ClusterStatus::NotStarted
+                || cluster.rollout.stable.is_none()
+                || state
+                    .rejections
+                    .contains(&(name.clone(), state.revision.clone()))
+            {
                 continue;
             }
             cluster.status = ClusterStatus::Progressing;
@@ -513,8 +629,8 @@ impl FleetMachine {
             cluster.started_at = Some(now);
             cluster.reason = "updating".into();
             progressing += 1;
-            if self.state.wave_started_at[self.state.wave].is_none() {
-                self.state.wave_started_at[self.state.wave] = Some(now);
+            if state.wave_started_at[state.wave].is_none() {
+                state.wave_started_at[state.wave] = Some(now);
             }
         }
     }
@@ -561,14 +677,14 @@ impl FleetMachine {
             return;
         }
         // Feed the runs' phases to the engine, take its decisions.
-        let mut observed = observation.observed.clone();
+        let mut observed = Cow::Borrowed(&observation.observed);
         let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
         for key in cluster_runs {
             let Some(plan) = self.run_plan(spec, name, key) else {
                 continue;
             };
             let run = &self.state.clusters[name].runs[&key];
-            observed.analysis.insert(
+            observed.to_mut().analysis.insert(
                 key,
                 RunReport {
                     phase: run.phase,
@@ -656,10 +772,7 @@ impl FleetMachine {
     /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
     /// or paused without evidence.
     fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis) {
-        let revision = self.state.revision.clone();
         let new_hash = self.hashes.1.clone();
-        let scope = self.plan.policy.rollback_scope;
-        let wave = self.plan.wave_of(name);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
@@ -675,46 +788,10 @@ impl FleetMachine {
         let engine = &cluster.rollout;
         if engine.abort {
             // Failed: record why, reject the revision for this cluster, roll it back alone.
-            let failure = cluster
-                .runs
-                .values()
-                .filter(|r| {
-                    matches!(
-                        r.phase,
-                        AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
-                    )
-                })
-                .flat_map(|r| r.metrics.iter().map(move |m| (r, m)))
-                .find(|(_, m)| {
-                    !m.dry_run
-                        && matches!(
-                            m.phase,
-                            AnalysisPhase::Failed
-                                | AnalysisPhase::Error
-                                | AnalysisPhase::Inconclusive
-                        )
-                })
-                .map(|(run, m)| {
-                    let last = m
-                        .measurements
-                        .iter()
-                        .rev()
-                        .find(|x| x.finished_at.is_some());
-                    let message = [
-                        run.message.as_str(),
-                        last.map_or("", |x| x.message.as_str()),
-                    ]
-                    .iter()
-                    .filter(|t| !t.is_empty())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(": ");
-                    Failure {
-                        metric: m.name.clone(),
-                        value: last.map(|x| x.value.clone()).unwrap_or_default(),
-                        message,
-                    }
-                });
+            let failure = cluster.runs.values().find_map(run_failure);
+            let revision = self.state.revision.clone();
+            let scope = self.plan.policy.rollback_scope;
+            let wave = self.plan.wave_of(name);
             cluster.status = ClusterStatus::RolledBack;
             cluster.decided_at = Some(now);
             cluster.reason = engine.message.clone();
@@ -735,7 +812,7 @@ impl FleetMachine {
             && engine
                 .current
                 .and_then(|c| engine.revision(c))
-                .is_some_and(|r| r.hash == new_hash);
+                .is_some_and(|r| *r.hash == *new_hash);
         if !healthy {
             return;
         }
@@ -784,28 +861,7 @@ impl FleetMachine {
     }
 
     fn on_failure(&mut self, name: &str, wave: Option<usize>, scope: RollbackScope, cause: String) {
-        // Widened scopes roll validated clusters back fast (no steps) to their previous stable.
-        let widen: Vec<String> = match scope {
-            RollbackScope::Failed => Vec::new(),
-            RollbackScope::Wave => wave.map(|w| self.plan.waves[w].clone()).unwrap_or_default(),
-            RollbackScope::Fleet => self.plan.clusters.keys().cloned().collect(),
-        };
-        for other in widen {
-            if other == name {
-                continue;
-            }
-            if let Some(cluster) = self.state.clusters.get_mut(&other)
-                && matches!(
-                    cluster.status,
-                    ClusterStatus::Validated | ClusterStatus::Progressing | ClusterStatus::Paused
-                )
-            {
-                cluster.status = ClusterStatus::RolledBack;
-                cluster.reason = format!("rolled back with {name} (rollbackScope {scope:?})");
-                cluster.on_new_spec = false;
-                cluster.pending.push(Command::Promote { full: true });
-            }
-        }
+        self.widen_rollback(Some(name), wave, scope, name);
         // Within the wave's failure budget, the wave goes on.
         let revision = self.state.revision.clone();
         let failed_in_wave = wave.map_or(0, |w| {
@@ -825,32 +881,201 @@ impl FleetMachine {
         self.halt(format!("Halted: {cause}"));
     }
 
+    /// Widened scopes (`wave`, `fleet`) roll the clusters running the new revision back fast
+    /// (no steps) to their previous stable; `failed` rolls back nothing more. `because` names
+    /// what failed (a cluster, or a wave's analysis).
+    fn widen_rollback(
+        &mut self,
+        failed: Option<&str>,
+        wave: Option<usize>,
+        scope: RollbackScope,
+        because: &str,
+    ) {
+        let widen: Vec<String> = match scope {
+            RollbackScope::Failed => Vec::new(),
+            RollbackScope::Wave => wave.map(|w| self.plan.waves[w].clone()).unwrap_or_default(),
+            RollbackScope::Fleet => self.plan.clusters.keys().cloned().collect(),
+        };
+        for other in widen {
+            if Some(other.as_str()) == failed {
+                continue;
+            }
+            if let Some(cluster) = self.state.clusters.get_mut(&other)
+                && matches!(
+                    cluster.status,
+                    ClusterStatus::Validated | ClusterStatus::Progressing | ClusterStatus::Paused
+                )
+            {
+                cluster.status = ClusterStatus::RolledBack;
+                cluster.reason = format!("rolled back with {because} (rollbackScope {scope:?})");
+                cluster.on_new_spec = false;
+                cluster.pending.push(Command::Promote { full: true });
+            }
+        }
+    }
+
+    /// A measurement outcome of a wave-level analysis: into the wave's current run, unless it
+    /// belongs to an earlier attempt or another wave (a late answer).
+    fn wave_outcome(&mut self, wave: usize, outcome: ClusterOutcome, next: &Rollout, now: Millis) {
+        let current = self
+            .state
+            .wave_run
+            .as_ref()
+            .is_some_and(|w| w.wave == wave && w.key() == outcome.run);
+        if !current {
+            return;
+        }
+        let Some(Ok(plan)) = self.wave_run_plan(next, wave) else {
+            return;
+        };
+        if let Some(wave_run) = &mut self.state.wave_run {
+            wave_run
+                .run
+                .handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
+        }
+    }
+
+    /// The wave-level analysis of the current wave, once it is validated and baked: starts it
+    /// (again, after a settled verdict that did not pass), advances it, and acts on its verdict.
+    /// Returns whether it passed: Successful with evidence.
+    fn wave_analysis(&mut self, next: &Rollout, now: Millis, output: &mut FleetOutput) -> bool {
+        let wave = self.state.wave;
+        let Some(plan) = self.wave_run_plan(next, wave) else {
+            return true;
+        };
+        let fresh = match &self.state.wave_run {
+            Some(w) if w.wave == wave => w.settled.then_some(w.attempt + 1),
+            _ => Some(0),
+        };
+        if let Some(attempt) = fresh {
+            let run = match &plan {
+                Ok(plan) => Run::new(plan, now),
+                Err(message) => Run::failed_to_start(message.clone(), now),
+            };
+            self.state.wave_run = Some(WaveRun {
+                wave,
+                attempt,
+                run,
+                settled: false,
+            });
+        }
+        let Some(wave_run) = self.state.wave_run.as_mut() else {
+            return false;
+        };
+        let key = wave_run.key();
+        let phase = match &plan {
+            Ok(plan) => {
+                wave_run.run.assess(plan, now);
+                for request in wave_run.run.poll_due(plan, now) {
+                    output.measurements.push(ClusterMeasurement {
+                        cluster: String::new(),
+                        run: key,
+                        request,
+                    });
+                }
+                wave_run.run.phase
+            }
+            Err(_) => wave_run.run.phase,
+        };
+        let evidence = plan.as_ref().is_ok_and(|p| wave_run.run.has_evidence(p));
+        // A run with no wet metric proves nothing (and, with no metric at all, never completes).
+        let no_metric = plan
+            .as_ref()
+            .is_ok_and(|p| p.metrics.iter().all(|m| m.dry_run));
+        let number = wave + 1;
+        match phase {
+            _ if no_metric && !wave_run.settled => {
+                wave_run.settled = true;
+                self.state.paused = true;
+                self.state.phase = FleetPhase::Paused;
+                self.state.message = format!(
+                    "paused: wave {number} analysis has no metric that is not a dry run, so nothing proves the wave healthy"
+                );
+                false
+            }
+            AnalysisPhase::Successful if evidence => true,
+            AnalysisPhase::Successful | AnalysisPhase::Inconclusive => {
+                // No verdict to act on: the fleet pauses for a human (resume runs it again).
+                wave_run.settled = true;
+                let why = if phase == AnalysisPhase::Inconclusive {
+                    format!("inconclusive ({})", wave_run.run.message)
+                } else {
+                    let missing = wave_run
+                        .run
+                        .metrics
+                        .iter()
+                        .find(|m| {
+                            !m.dry_run
+                                && (m.successful_without_evidence > 0
+                                    || !m.measurements.iter().any(|x| x.evidence))
+                        })
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default();
+                    format!("metric {missing:?} passed without evidence (no data or NaN)")
+                };
+                self.state.paused = true;
+                self.state.phase = FleetPhase::Paused;
+                self.state.message =
+                    format!("paused: wave {number} analysis {why}; resume runs it again");
+                false
+            }
+            AnalysisPhase::Failed | AnalysisPhase::Error => {
+                wave_run.settled = true;
+                let cause = match run_failure(&wave_run.run) {
+                    Some(f) => format!(
+                        "wave {number} analysis failed: metric {} = {} ({})",
+                        f.metric, f.value, f.message
+                    ),
+                    None => format!("wave {number} analysis failed: {}", wave_run.run.message),
+                };
+                let scope = self.plan.policy.rollback_scope;
+                self.widen_rollback(
+                    None,
+                    Some(wave),
+                    scope,
+                    &format!("wave {number}'s analysis"),
+                );
+                self.halt(format!("Halted: {cause}"));
+                false
+            }
+            _ => false,
+        }
+    }
+
     /// The wave gate: complete when every cluster is decided (validated, skipped, or failed
-    /// within budget) and at least one validated; then the bake; then the next wave.
-    fn gate(&mut self, now: Millis) {
+    /// within budget); then the bake; then the wave-level analysis, if any, must pass; then the
+    /// next wave.
+    fn gate(&mut self, next: &Rollout, now: Millis, output: &mut FleetOutput) {
         if self.state.phase != FleetPhase::Progressing {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave).cloned() else {
+        let Some(members) = self.plan.waves.get(self.state.wave) else {
             self.state.phase = FleetPhase::Completed;
             return;
         };
-        let statuses: Vec<ClusterStatus> = members
-            .iter()
-            .map(|n| self.state.clusters[n].status)
-            .collect();
-        let decided = statuses.iter().all(|s| {
+        let decided = members.iter().all(|n| {
             matches!(
-                s,
+                self.state.clusters[n].status,
                 ClusterStatus::Validated | ClusterStatus::Skipped | ClusterStatus::RolledBack
             )
         });
         if !decided {
             self.state.bake_started_at = None;
+            // A wave undecided again (a retry) runs its wave analysis anew once decided.
+            if let Some(wave_run) = &mut self.state.wave_run
+                && wave_run.wave == self.state.wave
+                && !wave_run.settled
+            {
+                wave_run.run.terminate();
+                wave_run.settled = true;
+            }
             return;
         }
         let started = *self.state.bake_started_at.get_or_insert(now);
         if now - started < self.plan.bake as Millis {
+            return;
+        }
+        if !self.wave_analysis(next, now, output) {
             return;
         }
         self.state.wave_completed_at[self.state.wave] = Some(now);
@@ -865,35 +1090,149 @@ impl FleetMachine {
     }
 }
 
-/// JSON maps need string keys: runs are stored as a list of (key, run) pairs.
-mod runs_as_pairs {
-    use std::collections::BTreeMap;
+/// The failure that decided a run: its first wet metric that failed, errored or went
+/// inconclusive, with its last value and the messages.
+fn run_failure(run: &Run) -> Option<Failure> {
+    if !matches!(
+        run.phase,
+        AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
+    ) {
+        return None;
+    }
+    let (metric, last) = run
+        .metrics
+        .iter()
+        .find(|m| {
+            !m.dry_run
+                && matches!(
+                    m.phase,
+                    AnalysisPhase::Failed | AnalysisPhase::Error | AnalysisPhase::Inconclusive
+                )
+        })
+        .map(|m| {
+            (
+                m,
+                m.measurements
+                    .iter()
+                    .rev()
+                    .find(|x| x.finished_at.is_some()),
+            )
+        })?;
+    let message = [
+        run.message.as_str(),
+        last.map_or("", |x| x.message.as_str()),
+    ]
+    .iter()
+    .filter(|t| !t.is_empty())
+    .copied()
+    .collect::<Vec<_>>()
+    .join(": ");
+    Some(Failure {
+        metric: metric.name.clone(),
+        value: last.map(|x| x.value.clone()).unwrap_or_default(),
+        message,
+    })
+}
 
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+/// A cluster's analysis runs by key: a short list kept sorted by key (a cluster has a handful
+/// of runs, and in a large fleet a map's node would cost more than the runs it holds).
+/// Serialized as a list of (key, run) pairs (JSON maps need string keys).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunMap(Vec<(RunKey, Run)>);
 
-    use crate::analysis::run::Run;
-    use crate::rollout::RunKey;
-
-    pub fn serialize<S: Serializer>(
-        runs: &BTreeMap<RunKey, Run>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        runs.iter().collect::<Vec<_>>().serialize(serializer)
+impl RunMap {
+    fn position(&self, key: &RunKey) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<BTreeMap<RunKey, Run>, D::Error> {
-        Ok(Vec::<(RunKey, Run)>::deserialize(deserializer)?
+    /// The run of a key.
+    pub fn get(&self, key: &RunKey) -> Option<&Run> {
+        self.position(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// The run of a key, to change it.
+    pub fn get_mut(&mut self, key: &RunKey) -> Option<&mut Run> {
+        self.position(key).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// Sets the run of a key; returns the one it replaces.
+    pub fn insert(&mut self, key: RunKey, run: Run) -> Option<Run> {
+        match self.position(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, run)),
+            Err(i) => {
+                if self.0.len() == self.0.capacity() {
+                    self.0.reserve_exact(1);
+                }
+                self.0.insert(i, (key, run));
+                None
+            }
+        }
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &RunKey> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// The runs, in key order.
+    pub fn values(&self) -> impl Iterator<Item = &Run> {
+        self.0.iter().map(|(_, r)| r)
+    }
+
+    /// The runs, in key order, to change them.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Run> {
+        self.0.iter_mut().map(|(_, r)| r)
+    }
+
+    /// (key, run) pairs, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&RunKey, &Run)> {
+        self.0.iter().map(|(k, r)| (k, r))
+    }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Removes every run.
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+}
+
+impl std::ops::Index<&RunKey> for RunMap {
+    type Output = Run;
+
+    fn index(&self, key: &RunKey) -> &Run {
+        self.get(key).expect("known run")
+    }
+}
+
+impl Serialize for RunMap {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunMap {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RunMap, D::Error> {
+        // Sorted by key, the last of a repeated key kept (as a map would).
+        let runs: BTreeMap<RunKey, Run> = Vec::<(RunKey, Run)>::deserialize(deserializer)?
             .into_iter()
-            .collect())
+            .collect();
+        Ok(RunMap(runs.into_iter().collect()))
     }
 }
 
 /// A spec borrowed from the caller or shared from the machine's baselines.
 enum SpecRef<'r> {
     Borrowed(&'r Rollout),
-    Shared(std::sync::Arc<Rollout>),
+    Shared(Arc<Rollout>),
 }
 
 impl std::ops::Deref for SpecRef<'_> {

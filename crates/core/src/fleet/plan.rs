@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::plan::{ArgValue, PlanError, RunPlan, resolve};
+use crate::analysis::plan::{ArgValue, METRICS_ADDRESS_ARG, PlanError, RunPlan, resolve};
 use crate::rollout::{AnalysisSlot, RunKey, template_hash};
 use crate::spec::analysis::{AnalysisTemplate, AnalysisTemplateSpec};
 use crate::spec::fleet::{
-    Fleet, FleetRollout, NewRevisionPolicy, RollbackScope, UnreachableAction,
+    Fleet, FleetRollout, NewRevisionPolicy, RollbackScope, UnreachableAction, WaveAnalysis,
 };
 use crate::spec::rollout::{AnalysisRunArgument, AnalysisTemplateRef, Rollout};
 
@@ -58,6 +58,8 @@ pub struct FleetPlan {
     pub templates: BTreeMap<String, AnalysisTemplateSpec>,
     /// Each cluster's wave (0-based), for O(log n) lookups in large fleets.
     pub wave_index: BTreeMap<String, usize>,
+    /// The analysis that must pass after each wave's bake (`waveAnalysis`), if any.
+    pub wave_analysis: Option<WaveAnalysis>,
 }
 
 /// Why a fleet rollout cannot be planned.
@@ -117,12 +119,13 @@ impl FleetPlan {
         }
         let steps = fleet_rollout.spec.waves.steps.as_ref();
         let waves: Vec<Vec<String>> = layout.values().cloned().collect();
-        let max_update = waves
+        // Wave number N comes from step N - 1 (a step that takes no cluster leaves its number
+        // unused, so the index among the waves is not the step's).
+        let max_update = layout
             .iter()
-            .enumerate()
-            .map(|(i, wave)| {
+            .map(|(number, wave)| {
                 steps
-                    .and_then(|s| s.get(i))
+                    .and_then(|s| s.get((*number as usize).wrapping_sub(1)))
                     .and_then(|s| s.max_update)
                     .map_or(wave.len(), |m| {
                         m.resolve_ceil(wave.len() as i64).max(1) as usize
@@ -142,6 +145,7 @@ impl FleetPlan {
             .collect();
         Ok(FleetPlan {
             wave_index,
+            wave_analysis: fleet_rollout.spec.wave_analysis.clone(),
             name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
             waves,
             max_update,
@@ -183,7 +187,57 @@ impl FleetPlan {
         cluster: &str,
         run: RunKey,
     ) -> Result<RunPlan, PlanError> {
+        let (spec, values) = self.run_plan_inputs(rollout, cluster, run)?;
+        resolve(&spec, &values)
+    }
+
+    /// What [`FleetPlan::run_plan`] resolves: the merged template and the argument values.
+    pub fn run_plan_inputs(
+        &self,
+        rollout: &Rollout,
+        cluster: &str,
+        run: RunKey,
+    ) -> Result<(AnalysisTemplateSpec, BTreeMap<String, ArgValue>), PlanError> {
         let (refs, args) = analysis_refs(rollout, run.slot);
+        let spec = self.merge_templates(&refs)?;
+        let mut values = argument_values(rollout, &args);
+        let info = self.clusters.get(cluster);
+        values.insert("cluster".into(), ArgValue::plain(cluster));
+        if let Some(region) = info.and_then(|i| i.region.clone()) {
+            values.insert("region".into(), ArgValue::plain(region));
+        }
+        if let Some(address) = info.and_then(|i| i.metrics_address.clone()) {
+            values.insert("metrics-address".into(), ArgValue::plain(address));
+        }
+        for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
+            values.insert(name, ArgValue::plain(value));
+        }
+        Ok((spec, values))
+    }
+
+    /// The analysis plan of wave `wave`'s (0-based) wave-level analysis: the `waveAnalysis`
+    /// templates merged, with its arguments and the injected `wave` (1-based). `rollout` is the
+    /// new revision's Rollout (a `podTemplateHashValue` argument takes its pod-template hash).
+    /// None when the FleetRollout has no `waveAnalysis`.
+    pub fn wave_run_plan(
+        &self,
+        rollout: &Rollout,
+        wave: usize,
+    ) -> Option<Result<RunPlan, PlanError>> {
+        let analysis = self.wave_analysis.as_ref()?;
+        Some(self.merge_templates(&analysis.templates).and_then(|spec| {
+            let mut values = argument_values(rollout, &analysis.args);
+            values.insert(WAVE_ARG.into(), ArgValue::plain((wave + 1).to_string()));
+            resolve(&spec, &values)
+        }))
+    }
+
+    /// The referenced templates merged into one spec (metrics in order, first declaration of an
+    /// argument wins).
+    fn merge_templates(
+        &self,
+        refs: &[AnalysisTemplateRef],
+    ) -> Result<AnalysisTemplateSpec, PlanError> {
         let mut spec = AnalysisTemplateSpec::default();
         for reference in refs {
             let template = self
@@ -205,32 +259,57 @@ impl FleetPlan {
             spec.measurement_retention
                 .extend(template.measurement_retention.iter().cloned());
         }
-        let info = self.clusters.get(cluster);
-        let mut values: BTreeMap<String, ArgValue> = BTreeMap::new();
-        for arg in &args {
-            if let Some(value) = &arg.value {
-                values.insert(arg.name.clone(), ArgValue::plain(value.clone()));
-            } else if arg
-                .value_from
-                .as_ref()
-                .and_then(|v| v.pod_template_hash_value)
-                .is_some()
-            {
-                values.insert(arg.name.clone(), ArgValue::plain(template_hash(rollout)));
-            }
-        }
-        values.insert("cluster".into(), ArgValue::plain(cluster));
-        if let Some(region) = info.and_then(|i| i.region.clone()) {
-            values.insert("region".into(), ArgValue::plain(region));
-        }
-        if let Some(address) = info.and_then(|i| i.metrics_address.clone()) {
-            values.insert("metrics-address".into(), ArgValue::plain(address));
-        }
-        for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
-            values.insert(name, ArgValue::plain(value));
-        }
-        resolve(&spec, &values)
+        Ok(spec)
     }
+}
+
+/// A key that two resolutions share exactly when they resolve to the same plan: the merged
+/// template, and the values of the arguments it can read (declared ones, `{{args.x}}`
+/// placeholders, and `metrics-address` when a metric queries Prometheus). Clusters whose
+/// templates do not read their own arguments then share one plan.
+pub fn plan_key(spec: &AnalysisTemplateSpec, values: &BTreeMap<String, ArgValue>) -> String {
+    let text = serde_json::to_string(spec).unwrap_or_default();
+    let mut key = text.clone();
+    // Conservative: a name after any `args.` (placeholders may hold spaces) counts as read.
+    let placed = |name: &str| {
+        text.match_indices("args.")
+            .any(|(i, _)| text[i + 5..].trim_start().starts_with(name))
+    };
+    for (name, value) in values {
+        let read = spec.args.iter().any(|a| &a.name == name)
+            || placed(name)
+            || (name == METRICS_ADDRESS_ARG && text.contains("prometheus"));
+        if read {
+            key.push('\0');
+            key.push_str(name);
+            key.push('\0');
+            key.push_str(&value.value);
+            key.push(if value.secret { '1' } else { '0' });
+        }
+    }
+    key
+}
+
+/// The injected argument of a wave-level analysis: the wave's number, 1-based.
+pub const WAVE_ARG: &str = "wave";
+
+/// Argument values given as a literal `value`, or as `valueFrom.podTemplateHashValue` (the
+/// Rollout's pod-template hash); other sources are left for the template's defaults.
+fn argument_values(rollout: &Rollout, args: &[AnalysisRunArgument]) -> BTreeMap<String, ArgValue> {
+    let mut values = BTreeMap::new();
+    for arg in args {
+        if let Some(value) = &arg.value {
+            values.insert(arg.name.clone(), ArgValue::plain(value.clone()));
+        } else if arg
+            .value_from
+            .as_ref()
+            .and_then(|v| v.pod_template_hash_value)
+            .is_some()
+        {
+            values.insert(arg.name.clone(), ArgValue::plain(template_hash(rollout)));
+        }
+    }
+    values
 }
 
 /// The templates and arguments of one analysis slot of a Rollout.
@@ -261,6 +340,8 @@ fn analysis_refs(
             .and_then(|b| b.post_promotion_analysis.as_ref())
             .map(from)
             .unwrap_or_default(),
+        // The fleet's, not the Rollout's: see `FleetPlan::wave_run_plan`.
+        AnalysisSlot::Wave(_) => Default::default(),
     }
 }
 

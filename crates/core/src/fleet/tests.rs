@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::analysis::{MetricResult, Outcome};
 use crate::rollout::{Action, ReplicaCounts, RevisionNumber, Weights};
-use crate::spec::analysis::AnalysisTemplate;
+use crate::spec::analysis::{AnalysisPhase, AnalysisTemplate};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 
@@ -64,6 +64,21 @@ fn template(condition: &str) -> AnalysisTemplate {
     .unwrap()
 }
 
+/// The wave-level analysis template: two measurements 30 s apart over the wave's traffic.
+fn wave_template(condition: &str) -> AnalysisTemplate {
+    serde_json::from_value(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": "wave-error-rate"}, "spec": {
+        "args": [{"name": "wave"}, {"name": "max-error-rate", "value": "0.01"}],
+        "metrics": [{"name": "wave-error-rate", "interval": "30s", "count": 2, "successCondition": condition,
+                     "provider": {"prometheus": {"query": "sum(rate(http_requests_total{code=~\"5..\",wave=\"{{args.wave}}\"}[5m])) < {{args.max-error-rate}}"}}}]
+    }}))
+    .unwrap()
+}
+
+/// The FleetRollout fields that turn the wave-level analysis on.
+fn with_wave_analysis() -> Value {
+    json!({"waveAnalysis": {"templates": [{"templateName": "wave-error-rate"}], "args": [{"name": "max-error-rate", "value": "0.02"}]}})
+}
+
 const GUARDED: &str = "len(result) > 0 && !isNaN(result[0]) && result[0] < 0.01";
 
 /// What the simulated fleet serves.
@@ -77,6 +92,10 @@ struct Truth {
     outage: BTreeSet<&'static str>,
     /// Clusters whose canary gets no traffic (queries return no data).
     no_traffic: BTreeSet<&'static str>,
+    /// Waves (1-based) whose combined traffic has a 5% error rate (wave-level analysis).
+    wave_regressed: BTreeSet<usize>,
+    /// Waves (1-based) whose wave-level analysis queries return no data.
+    wave_no_data: BTreeSet<usize>,
 }
 
 impl Truth {
@@ -86,6 +105,8 @@ impl Truth {
             unreachable: BTreeSet::new(),
             outage: BTreeSet::new(),
             no_traffic: BTreeSet::new(),
+            wave_regressed: BTreeSet::new(),
+            wave_no_data: BTreeSet::new(),
         }
     }
 }
@@ -101,13 +122,29 @@ struct Sim {
     pending: Vec<ClusterMeasurement>,
     /// (time, cluster, revision hash) whenever a cluster first scales a revision up.
     deployed: Vec<(i64, String, String)>,
+    /// (time, 0-based wave, query) of every wave-level analysis measurement requested.
+    wave_measured: Vec<(i64, usize, String)>,
 }
 
 impl Sim {
     fn new(fleet_rollout: FleetRollout, condition: &str, truth: Truth) -> Sim {
+        Sim::with_fleet(&fleet(), fleet_rollout, condition, truth)
+    }
+
+    fn with_fleet(
+        fleet: &Fleet,
+        fleet_rollout: FleetRollout,
+        condition: &str,
+        truth: Truth,
+    ) -> Sim {
         let previous = rollout("payment-api:1.8.3");
         let next = rollout("payment-api:1.9.0");
-        let plan = FleetPlan::resolve(&fleet(), &fleet_rollout, &[template(condition)]).unwrap();
+        let plan = FleetPlan::resolve(
+            fleet,
+            &fleet_rollout,
+            &[template(condition), wave_template(condition)],
+        )
+        .unwrap();
         let machine = FleetMachine::new(
             plan,
             &Revisions {
@@ -126,6 +163,7 @@ impl Sim {
             weights: BTreeMap::new(),
             pending: Vec::new(),
             deployed: Vec::new(),
+            wave_measured: Vec::new(),
         };
         // Every cluster starts settled on the previous version.
         sim.step(&[]);
@@ -174,6 +212,19 @@ impl Sim {
 
     /// The error rate a cluster's canary serves right now.
     fn measure(&self, m: &ClusterMeasurement) -> Outcome {
+        if let Some(wave) = m.wave() {
+            let rate = if self.truth.wave_no_data.contains(&(wave + 1)) {
+                vec![]
+            } else if self.truth.wave_regressed.contains(&(wave + 1)) {
+                vec![0.05]
+            } else {
+                vec![0.002]
+            };
+            return Outcome::Value {
+                result: MetricResult::Vector(rate),
+                metadata: BTreeMap::new(),
+            };
+        }
         let cluster = m.cluster.as_str();
         if self.truth.outage.contains(cluster) {
             return Outcome::Error(format!(
@@ -238,6 +289,13 @@ impl Sim {
                     self.weights.insert(cluster, Weights { canary, stable });
                 }
                 _ => {}
+            }
+        }
+        for m in &output.measurements {
+            if let Some(wave) = m.wave() {
+                let query = m.request.provider.prometheus.as_ref();
+                let query = query.and_then(|p| p.query.clone()).unwrap_or_default();
+                self.wave_measured.push((self.now, wave, query));
             }
         }
         self.pending = output.measurements;
@@ -532,34 +590,396 @@ fn the_fleet_state_serializes_and_resumes_to_the_same_outputs() {
     assert_eq!(a.machine.state, b.machine.state);
 }
 
+#[test]
+fn a_step_that_takes_no_cluster_keeps_each_step_its_own_max_update() {
+    let mut fleet = fleet();
+    for cluster in &mut fleet.spec.clusters {
+        cluster.labels = [("tier".to_owned(), "prod".to_owned())].into();
+    }
+    let steps = json!({"steps": [
+        {"matchLabels": {"tier": "canary"}, "maxUpdate": 3},
+        {"matchLabels": {"tier": "prod"}, "maxUpdate": "25%"}
+    ]});
+    let plan = FleetPlan::resolve(
+        &fleet,
+        &fleet_rollout(json!({"waves": steps})),
+        &[template(GUARDED)],
+    )
+    .unwrap();
+    assert_eq!(plan.waves.len(), 1);
+    assert_eq!(plan.max_update, vec![1], "wave 2's own step: 25% of 4");
+}
+
+// === Wave-level analysis ===
+
+/// When the last cluster of a wave (0-based) was decided.
+fn wave_decided_at(sim: &Sim, wave: usize) -> i64 {
+    sim.machine.plan.waves[wave]
+        .iter()
+        .filter_map(|c| sim.machine.state.clusters[c].decided_at)
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn a_passing_wave_analysis_lets_the_next_wave_start() {
+    let mut sim = Sim::new(
+        fleet_rollout(with_wave_analysis()),
+        GUARDED,
+        Truth::healthy(),
+    );
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+    for wave in 0..3 {
+        let measured: Vec<&(i64, usize, String)> = sim
+            .wave_measured
+            .iter()
+            .filter(|(_, w, _)| *w == wave)
+            .collect();
+        assert_eq!(measured.len(), 2, "wave {}: {measured:?}", wave + 1);
+        // Arguments: the waveAnalysis args, the template's defaults, and `wave`, 1-based.
+        let expected = format!("wave=\"{}\"}}[5m])) < 0.02", wave + 1);
+        assert!(measured[0].2.contains(&expected), "{}", measured[0].2);
+        // The analysis starts after the bake, and the wave completes only once it passed.
+        let baked = wave_decided_at(&sim, wave) + 120_000;
+        assert!(
+            measured[0].0 >= baked,
+            "wave {}: analysis before the bake ended",
+            wave + 1
+        );
+        let completed = state.wave_completed_at[wave].unwrap();
+        assert!(
+            completed > measured[1].0,
+            "wave {} completed before its analysis",
+            wave + 1
+        );
+        if wave + 1 < 3 {
+            assert!(state.wave_started_at[wave + 1].unwrap() >= completed);
+        }
+    }
+    assert_eq!(
+        state.wave_run.as_ref().unwrap().run.phase,
+        AnalysisPhase::Successful
+    );
+}
+
+#[test]
+fn a_failing_wave_analysis_halts_the_fleet_naming_the_wave_metric_and_value() {
+    let truth = Truth {
+        wave_regressed: [2].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth.clone());
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Halted);
+    for needle in ["wave 2 analysis failed", "wave-error-rate", "0.05"] {
+        assert!(
+            state.message.contains(needle),
+            "{needle}: {}",
+            state.message
+        );
+    }
+    assert_eq!(state.wave, 1, "wave 2 never completed");
+    assert_eq!(state.wave_completed_at[1], None);
+    // Default rollbackScope: the validated clusters stay on the new version.
+    for cluster in ["canary-eu-west", "prod-eu-west"] {
+        assert_eq!(sim.status(cluster), ClusterStatus::Validated, "{cluster}");
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+    for cluster in ["prod-us-east", "prod-ap-south"] {
+        assert_eq!(sim.status(cluster), ClusterStatus::Held, "{cluster}");
+        assert_eq!(sim.got_new_version(cluster), None, "{cluster}");
+    }
+    // rollbackScope: wave reverts the failing wave's clusters, not the earlier waves'.
+    let mut sim = Sim::new(
+        fleet_rollout(json!({
+            "waveAnalysis": with_wave_analysis()["waveAnalysis"],
+            "failurePolicy": {"rollbackScope": "wave"}
+        })),
+        GUARDED,
+        truth,
+    );
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    sim.run_until(sim.now + 120_000);
+    assert_eq!(sim.status("prod-eu-west"), ClusterStatus::RolledBack);
+    assert!(!sim.stable_is_new("prod-eu-west"));
+    assert!(sim.stable_is_new("canary-eu-west"));
+}
+
+#[test]
+fn retry_after_a_failed_wave_analysis_runs_it_again() {
+    let truth = Truth {
+        wave_regressed: [1].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.machine.state.wave_run.as_ref().unwrap().attempt, 0);
+    // The wave's traffic recovers; an operator retries.
+    sim.truth.wave_regressed.clear();
+    sim.now += 5_000;
+    sim.step(&[FleetCommand::Retry]);
+    sim.run_until(sim.now + 3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+    let first_wave_runs: Vec<i64> = sim
+        .wave_measured
+        .iter()
+        .filter(|(_, w, _)| *w == 0)
+        .map(|(t, _, _)| *t)
+        .collect();
+    assert_eq!(
+        first_wave_runs.len(),
+        3,
+        "one failed measurement, then two that passed"
+    );
+    for cluster in CLUSTERS {
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+}
+
+#[test]
+fn a_wave_analysis_without_data_never_advances_the_fleet() {
+    // A failure-only condition passes on an empty result: Successful without evidence, which
+    // pauses the fleet instead of completing the wave, and keeps doing so after a resume.
+    let truth = Truth {
+        wave_no_data: [1].into(),
+        ..Truth::healthy()
+    };
+    let condition = "len(result) == 0 || result[0] < 0.01";
+    let mut sim = Sim::new(
+        fleet_rollout(with_wave_analysis()),
+        condition,
+        truth.clone(),
+    );
+    sim.run_until(3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Paused, "{}", state.message);
+    assert!(
+        state.message.contains("wave 1 analysis") && state.message.contains("without evidence"),
+        "{}",
+        state.message
+    );
+    assert_eq!(sim.status("canary-eu-west"), ClusterStatus::Validated);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+    let measured = sim.wave_measured.len();
+    sim.now += 5_000;
+    sim.step(&[FleetCommand::Resume]);
+    sim.run_until(sim.now + 600_000);
+    assert!(
+        sim.wave_measured.len() > measured,
+        "resume runs the analysis again"
+    );
+    assert_eq!(sim.machine.state.wave_run.as_ref().unwrap().attempt, 1);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Paused);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+    // With a guarded condition, no data fails the wave instead: never advances either.
+    let mut sim = Sim::new(fleet_rollout(with_wave_analysis()), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+}
+
+#[test]
+fn promote_skips_the_bake_but_not_the_wave_analysis() {
+    let long_bake = |truth: Truth| {
+        let mut extra = with_wave_analysis();
+        extra["bakeTime"] = json!("30m");
+        let mut sim = Sim::new(fleet_rollout(extra), GUARDED, truth);
+        while sim.status("canary-eu-west") != ClusterStatus::Validated {
+            sim.now += 5_000;
+            sim.step(&[]);
+        }
+        sim.now += 5_000;
+        sim.step(&[FleetCommand::Promote { wave: None }]);
+        sim
+    };
+    let mut sim = long_bake(Truth::healthy());
+    while sim.machine.state.wave == 0 {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    let decided = wave_decided_at(&sim, 0);
+    let first = sim.wave_measured.first().unwrap();
+    assert!(first.0 - decided < 60_000, "the bake was skipped");
+    assert_eq!(
+        sim.wave_measured.iter().filter(|(_, w, _)| *w == 0).count(),
+        2,
+        "the analysis ran in full"
+    );
+    assert!(sim.machine.state.wave_completed_at[0].unwrap() > sim.wave_measured[1].0);
+    // A failing analysis still halts a promoted wave.
+    let mut sim = long_bake(Truth {
+        wave_regressed: [1].into(),
+        ..Truth::healthy()
+    });
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    assert_eq!(sim.got_new_version("prod-eu-west"), None);
+}
+
 // === Property tests ===
 
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 struct FleetCase {
-    waves: Vec<u32>,
+    layout: Layout,
     regressed: Vec<bool>,
     unreachable: Option<usize>,
     commands: Vec<(u16, u8)>,
     cut: usize,
+    /// Whether the FleetRollout has a waveAnalysis, and which wave (1-based) it finds regressed.
+    wave_analysis: Option<Option<usize>>,
+}
+
+/// How the random fleet forms its waves.
+#[derive(Debug, Clone)]
+enum Layout {
+    /// `waves.list`: each cluster's wave.
+    List(Vec<u32>),
+    /// `waves.steps` over labelled clusters: each cluster's labels, and the steps (JSON).
+    Steps {
+        labels: Vec<BTreeMap<String, String>>,
+        steps: Vec<Value>,
+    },
+}
+
+const TIERS: [&str; 3] = ["canary", "prod", "edge"];
+const ZONES: [&str; 2] = ["a", "b"];
+
+/// One random label-selector step: matchLabels, matchExpressions (every operator), both, or
+/// none (takes every cluster left), with an optional maxUpdate as a count or a percentage.
+fn wave_step() -> impl Strategy<Value = Value> {
+    (
+        0u8..4,
+        0usize..3,
+        0usize..2,
+        0u8..4,
+        proptest::option::of((any::<bool>(), 1i64..4, 1i64..=100)),
+    )
+        .prop_map(|(kind, tier, zone, op, max_update)| {
+            let mut step = match kind {
+                0 => json!({"matchLabels": {"tier": TIERS[tier]}}),
+                1 => {
+                    let (key, operator, values) = match op {
+                        0 => ("tier", "In", json!([TIERS[tier], TIERS[(tier + 1) % 3]])),
+                        1 => ("tier", "NotIn", json!([TIERS[tier]])),
+                        2 => ("zone", "Exists", json!([])),
+                        _ => ("zone", "DoesNotExist", json!([])),
+                    };
+                    json!({"matchExpressions": [{"key": key, "operator": operator, "values": values}]})
+                }
+                2 => json!({
+                    "matchLabels": {"zone": ZONES[zone]},
+                    "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": [TIERS[tier]]}]
+                }),
+                _ => json!({}),
+            };
+            if let Some((percent, count, share)) = max_update {
+                step["maxUpdate"] = if percent {
+                    json!(format!("{share}%"))
+                } else {
+                    json!(count)
+                };
+            }
+            step
+        })
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    let labels = (
+        proptest::option::of(0usize..3),
+        proptest::option::of(0usize..2),
+    )
+        .prop_map(|(tier, zone)| {
+            let mut labels = BTreeMap::new();
+            if let Some(tier) = tier {
+                labels.insert("tier".to_owned(), TIERS[tier].to_owned());
+            }
+            if let Some(zone) = zone {
+                labels.insert("zone".to_owned(), ZONES[zone].to_owned());
+            }
+            labels
+        });
+    prop_oneof![
+        prop::collection::vec(1u32..4, 4).prop_map(Layout::List),
+        (
+            prop::collection::vec(labels, 4),
+            prop::collection::vec(wave_step(), 1..4)
+        )
+            .prop_map(|(labels, steps)| Layout::Steps { labels, steps })
+            // At least one cluster must be targeted.
+            .prop_filter("targets no cluster", |layout| !expected_waves(layout)
+                .is_empty()),
+    ]
 }
 
 fn fleet_case() -> impl Strategy<Value = FleetCase> {
     (
-        prop::collection::vec(1u32..4, 4),
+        layout(),
         prop::collection::vec(prop::bool::weighted(0.3), 4),
         proptest::option::of(0usize..4),
         prop::collection::vec((1u16..400, 0u8..5), 0..6),
         0usize..300,
+        proptest::option::of(proptest::option::weighted(0.3, 1usize..4)),
     )
-        .prop_map(|(waves, regressed, unreachable, commands, cut)| FleetCase {
-            waves,
-            regressed,
-            unreachable,
-            commands,
-            cut,
-        })
+        .prop_map(
+            |(layout, regressed, unreachable, commands, cut, wave_analysis)| FleetCase {
+                layout,
+                regressed,
+                unreachable,
+                commands,
+                cut,
+                wave_analysis,
+            },
+        )
+}
+
+/// The waves a layout forms, computed here from the steps' selectors (first matching step
+/// wins; step i is wave i + 1; an empty step leaves its number unused), each with the maxUpdate
+/// its step allows: wave number -> (clusters, maxUpdate).
+fn expected_waves(layout: &Layout) -> BTreeMap<u32, (Vec<String>, usize)> {
+    let mut waves: BTreeMap<u32, (Vec<String>, usize)> = BTreeMap::new();
+    match layout {
+        Layout::List(list) => {
+            for (cluster, wave) in CLUSTERS.iter().zip(list) {
+                waves.entry(*wave).or_default().0.push(cluster.to_string());
+            }
+            for (members, max) in waves.values_mut() {
+                *max = members.len();
+            }
+        }
+        Layout::Steps { labels, steps } => {
+            let steps: Vec<crate::spec::fleet::WaveStep> = steps
+                .iter()
+                .map(|s| serde_json::from_value(s.clone()).unwrap())
+                .collect();
+            for (cluster, labels) in CLUSTERS.iter().zip(labels) {
+                if let Some(i) = steps.iter().position(|s| s.matches(labels)) {
+                    waves
+                        .entry(i as u32 + 1)
+                        .or_default()
+                        .0
+                        .push(cluster.to_string());
+                }
+            }
+            for (number, (members, max)) in waves.iter_mut() {
+                let len = members.len() as i64;
+                *max = match steps[*number as usize - 1].max_update {
+                    None => len,
+                    Some(crate::spec::common::IntOrPercent::Int(n)) => n,
+                    Some(crate::spec::common::IntOrPercent::Percent(p)) => (len * p + 99) / 100,
+                }
+                .max(1) as usize;
+            }
+        }
+    }
+    waves
 }
 
 fn command_of(code: u8, cluster: &str) -> FleetCommand {
@@ -575,11 +995,23 @@ fn command_of(code: u8, cluster: &str) -> FleetCommand {
 }
 
 fn case_sim(case: &FleetCase) -> Sim {
-    let list: Vec<Value> = CLUSTERS
-        .iter()
-        .zip(&case.waves)
-        .map(|(c, w)| json!({"cluster": c, "wave": w}))
-        .collect();
+    let mut fleet = fleet();
+    let waves = match &case.layout {
+        Layout::List(list) => {
+            let list: Vec<Value> = CLUSTERS
+                .iter()
+                .zip(list)
+                .map(|(c, w)| json!({"cluster": c, "wave": w}))
+                .collect();
+            json!({"list": list})
+        }
+        Layout::Steps { labels, steps } => {
+            for (cluster, labels) in fleet.spec.clusters.iter_mut().zip(labels) {
+                cluster.labels = labels.clone();
+            }
+            json!({"steps": steps})
+        }
+    };
     let truth = Truth {
         regressed: CLUSTERS
             .iter()
@@ -588,20 +1020,34 @@ fn case_sim(case: &FleetCase) -> Sim {
             .map(|(c, _)| *c)
             .collect(),
         unreachable: case.unreachable.map(|i| CLUSTERS[i]).into_iter().collect(),
+        wave_regressed: case.wave_analysis.flatten().into_iter().collect(),
         ..Truth::healthy()
     };
-    Sim::new(
-        fleet_rollout(
-            json!({"waves": {"list": list}, "bakeTime": "30s", "failurePolicy": {"unreachable": {"timeout": "2m"}}}),
-        ),
-        GUARDED,
-        truth,
-    )
+    let mut spec = json!({"waves": waves, "bakeTime": "30s", "failurePolicy": {"unreachable": {"timeout": "2m"}}});
+    if case.wave_analysis.is_some() {
+        spec["waveAnalysis"] = with_wave_analysis()["waveAnalysis"].clone();
+    }
+    Sim::with_fleet(&fleet, fleet_rollout(spec), GUARDED, truth)
 }
 
 /// Runs a case, checking the invariants at every tick; returns the final state.
 fn run_case(case: &FleetCase, checks: bool) -> FleetState {
     let mut sim = case_sim(case);
+    let expected = expected_waves(&case.layout);
+    let plan = &sim.machine.plan;
+    assert_eq!(
+        plan.waves,
+        expected
+            .values()
+            .map(|(c, _)| c.clone())
+            .collect::<Vec<_>>(),
+        "{case:?}"
+    );
+    assert_eq!(
+        plan.max_update,
+        expected.values().map(|(_, m)| *m).collect::<Vec<_>>(),
+        "{case:?}"
+    );
     let mut validated_at: BTreeMap<String, i64> = BTreeMap::new();
     let mut commands = case.commands.clone();
     commands.sort();
@@ -656,8 +1102,26 @@ fn run_case(case: &FleetCase, checks: bool) -> FleetState {
                 }
             }
         }
+        // At most maxUpdate clusters of a step in flight (progressing, or paused mid-update).
+        for (wave, members) in sim.machine.plan.waves.iter().enumerate() {
+            let in_flight = members
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        state.clusters[*c].status,
+                        ClusterStatus::Progressing | ClusterStatus::Paused
+                    )
+                })
+                .count();
+            assert!(
+                in_flight <= sim.machine.plan.max_update[wave],
+                "wave {}: {in_flight} clusters in flight: {case:?}",
+                wave + 1
+            );
+        }
         // No cluster of a later wave gets the new revision before every cluster of the earlier
-        // waves is validated on it.
+        // waves is validated on it (and, with a waveAnalysis, before the earlier waves'
+        // analyses measured).
         for (time, cluster, hash) in &sim.deployed {
             if *hash != new_hash {
                 continue;
@@ -670,6 +1134,22 @@ fn run_case(case: &FleetCase, checks: bool) -> FleetState {
                     "{cluster} (wave {}) got the new version at {time} before {earlier} was validated: {case:?}",
                     wave + 1
                 );
+            }
+            if case.wave_analysis.is_some() {
+                for earlier in 0..wave {
+                    assert!(
+                        sim.wave_measured
+                            .iter()
+                            .any(|(t, w, _)| *w == earlier && t < time),
+                        "{cluster} (wave {}) got the new version before wave {}'s analysis: {case:?}",
+                        wave + 1,
+                        earlier + 1
+                    );
+                    assert!(
+                        case.wave_analysis != Some(Some(earlier + 1)),
+                        "{cluster} got the new version past a failing wave analysis: {case:?}"
+                    );
+                }
             }
         }
     }

@@ -33,6 +33,9 @@ pub enum AnalysisSlot {
     PrePromotion,
     /// Blue-green post-promotion analysis.
     PostPromotion,
+    /// A fleet's wave-level analysis (`waveAnalysis`) of wave N (1-based): run by the fleet
+    /// machine once the wave is validated and baked, never started by the rollout engine.
+    Wave(u32),
 }
 
 /// Identifies one analysis run: which analysis, for which revision.

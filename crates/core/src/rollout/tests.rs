@@ -71,6 +71,7 @@ fn slot_name(slot: AnalysisSlot) -> String {
         AnalysisSlot::Background => "background".into(),
         AnalysisSlot::PrePromotion => "pre".into(),
         AnalysisSlot::PostPromotion => "post".into(),
+        AnalysisSlot::Wave(n) => format!("wave{n}"),
     }
 }
 

@@ -105,8 +105,10 @@ fn seconds(ms: Option<Millis>) -> Option<f64> {
     ms.map(|m| m as f64 / 1000.0)
 }
 
-struct World {
-    replicas: BTreeMap<RevisionNumber, i32>,
+/// One simulated cluster (what it reports lives in the observations, kept from tick to tick).
+struct World<'a> {
+    profile: &'a ScenarioCluster,
+    rng: Rng,
     weights: Weights,
     stable_revision: Option<RevisionNumber>,
     new_revisions: Vec<RevisionNumber>,
@@ -178,11 +180,13 @@ pub fn run_observed(
     let mut worlds: BTreeMap<String, World> = plan
         .clusters
         .keys()
-        .map(|name| {
+        .enumerate()
+        .map(|(i, name)| {
             (
                 name.clone(),
                 World {
-                    replicas: BTreeMap::new(),
+                    profile: profiles[name],
+                    rng: Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1)),
                     weights: Weights {
                         canary: 0,
                         stable: 100,
@@ -195,14 +199,22 @@ pub fn run_observed(
             )
         })
         .collect();
-    let mut rngs: BTreeMap<String, Rng> = plan
-        .clusters
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
+    // What each cluster reports, updated in place as actions apply (never rebuilt).
+    let mut observations: BTreeMap<String, ClusterObservation> = worlds
+        .iter()
+        .map(|(name, world)| {
+            let observed = Observed {
+                replicas: BTreeMap::new(),
+                weights: Some(world.weights),
+                analysis: BTreeMap::new(),
+            };
+            let reachable = true;
             (
                 name.clone(),
-                Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1)),
+                ClusterObservation {
+                    reachable,
+                    observed,
+                },
             )
         })
         .collect();
@@ -220,16 +232,35 @@ pub fn run_observed(
         let outcomes: Vec<ClusterOutcome> = std::mem::take(&mut pending)
             .into_iter()
             .map(|m| {
-                let profile = profiles[&m.cluster];
-                let outcome = if fault_active(profile, FaultKind::MetricsOutage, now) {
+                // A cluster's run reads its own traffic; a wave-level analysis reads the wave's
+                // validated clusters' traffic as one.
+                let (single, wave_members): ([&String; 1], Vec<&String>);
+                let members: &[&String] = match m.wave() {
+                    Some(wave) => {
+                        wave_members = plan.waves[wave]
+                            .iter()
+                            .filter(|c| {
+                                machine.state.clusters[*c].status == ClusterStatus::Validated
+                            })
+                            .collect();
+                        &wave_members
+                    }
+                    None => {
+                        single = [&m.cluster];
+                        &single
+                    }
+                };
+                let outage = members
+                    .iter()
+                    .find(|c| fault_active(profiles[c.as_str()], FaultKind::MetricsOutage, now));
+                let outcome = if let Some(cluster) = outage {
                     Outcome::Error(format!(
-                        "metrics provider of {} unreachable (simulated outage)",
-                        m.cluster
+                        "metrics provider of {cluster} unreachable (simulated outage)"
                     ))
                 } else if let Some(builtin) = &m.request.provider.builtin {
                     let (statistic, quantile, subset, window, min_requests) = builtin.resolved();
-                    let buckets = &worlds[&m.cluster].buckets;
-                    let value = buckets.read(
+                    let value = traffic::read_all(
+                        members.iter().map(|c| &worlds[c.as_str()].buckets),
                         statistic,
                         quantile,
                         subset == TrafficSubset::Canary,
@@ -252,64 +283,48 @@ pub fn run_observed(
                 }
             })
             .collect();
-        let observations: BTreeMap<String, ClusterObservation> = worlds
-            .iter()
-            .map(|(name, world)| {
-                let replicas = world
-                    .replicas
-                    .iter()
-                    .map(|(r, n)| {
-                        (
-                            *r,
-                            ReplicaCounts {
-                                replicas: *n,
-                                ready: *n,
-                                available: *n,
-                            },
-                        )
-                    })
-                    .collect();
-                let reachable = !fault_active(profiles[name], FaultKind::Unreachable, now);
-                (
-                    name.clone(),
-                    ClusterObservation {
-                        reachable,
-                        observed: Observed {
-                            replicas,
-                            weights: Some(world.weights),
-                            analysis: BTreeMap::new(),
-                        },
-                    },
-                )
-            })
-            .collect();
+        for (observation, world) in observations.values_mut().zip(worlds.values()) {
+            observation.reachable = !fault_active(world.profile, FaultKind::Unreachable, now);
+        }
         let output = machine.tick(&revisions, &observations, outcomes, &[], now);
         for (cluster, action) in output.actions {
             if !observations[&cluster].reachable {
                 continue;
             }
             let world = worlds.get_mut(&cluster).expect("known cluster");
+            let observed = &mut observations
+                .get_mut(&cluster)
+                .expect("known cluster")
+                .observed;
             match action {
                 Action::Scale {
                     revision,
                     hash,
                     replicas,
                 } => {
-                    world.replicas.insert(revision, replicas);
+                    let counts = ReplicaCounts {
+                        replicas,
+                        ready: replicas,
+                        available: replicas,
+                    };
+                    observed.replicas.insert(revision, counts);
                     if hash == new_hash && !world.new_revisions.contains(&revision) {
                         world.new_revisions.push(revision);
                     }
                 }
-                Action::SetWeight { canary, stable } => world.weights = Weights { canary, stable },
+                Action::SetWeight { canary, stable } => {
+                    world.weights = Weights { canary, stable };
+                    observed.weights = Some(world.weights);
+                }
                 Action::MarkStable { revision } => world.stable_revision = Some(revision),
                 _ => {}
             }
         }
         pending = output.measurements;
         // Traffic for the next bucket.
-        for (name, world) in worlds.iter_mut() {
-            let profile = profiles[name];
-            let rng = rngs.get_mut(name).expect("known cluster");
+        for world in worlds.values_mut() {
+            let profile = world.profile;
+            let rng = &mut world.rng;
             let canary_profile = profile.canary.unwrap_or(profile.stable);
             let stable_is_new = world
                 .stable_revision

@@ -125,6 +125,49 @@ fn a_metrics_outage_never_validates_a_cluster_but_the_release_recovers() {
 }
 
 #[test]
+fn a_wave_analysis_over_the_budget_halts_after_wave_1_and_keeps_its_cluster() {
+    let text = include_str!("../../../../examples/simulate/wave-analysis.yaml");
+    let report = run(&inputs(text), 1).unwrap();
+    assert_eq!(report.outcome, "Halted", "{report:#?}");
+    assert!(
+        report.message.contains("wave 1 analysis failed")
+            && report.message.contains("wave-error-rate"),
+        "{}",
+        report.message
+    );
+    // Every cluster passed its own gate; the wave's combined traffic is over the budget.
+    assert_eq!(report.clusters[0].outcome, "Promoted", "{report:#?}");
+    assert_eq!(report.waves[0].completed_at, None);
+    for cluster in &report.clusters[1..] {
+        assert_eq!(cluster.outcome, "Held", "{}", cluster.name);
+        assert_eq!(cluster.started_at, None, "{}", cluster.name);
+    }
+    // Within the budget, each wave completes only after its bake and its wave analysis (three
+    // measurements a minute apart, the first at the end of the bake).
+    let relaxed = text.replace(
+        "{name: max-error-rate, value: \"0.005\"}",
+        "{name: max-error-rate, value: \"0.02\"}",
+    );
+    assert_ne!(relaxed, text);
+    let report = run(&inputs(&relaxed), 1).unwrap();
+    assert_eq!(report.outcome, "Completed", "{report:#?}");
+    for wave in &report.waves {
+        let decided = report
+            .clusters
+            .iter()
+            .filter(|c| wave.clusters.contains(&c.name))
+            .filter_map(|c| c.decided_at)
+            .fold(0.0, f64::max);
+        let completed = wave.completed_at.unwrap();
+        assert!(
+            completed >= decided + 120.0 + 120.0,
+            "wave {} completed at {completed} s, its last cluster decided at {decided} s",
+            wave.index
+        );
+    }
+}
+
+#[test]
 fn the_same_seed_gives_byte_identical_output() {
     let inputs = inputs(include_str!(
         "../../../../examples/simulate/regional-regression.yaml"

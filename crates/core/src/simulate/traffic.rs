@@ -129,59 +129,58 @@ impl Series {
         }
         self.buckets.push_back((at, stable, canary));
     }
+}
 
-    /// A statistic over the buckets that started in `[from, to)`, or None with fewer than
-    /// `min_requests` requests (a thin window is no evidence).
-    pub fn read(
-        &self,
-        statistic: BuiltinStatistic,
-        quantile: f64,
-        canary: bool,
-        from: Millis,
-        to: Millis,
-        min_requests: u64,
-    ) -> Option<f64> {
-        let window: Vec<&Bucket> = self
-            .buckets
-            .iter()
-            .filter(|(at, _, _)| *at >= from && *at < to)
-            .map(|(_, s, c)| if canary { c } else { s })
-            .filter(|b| b.requests > 0.0)
-            .collect();
-        let requests: f64 = window.iter().map(|b| f64::from(b.requests)).sum();
-        if requests < min_requests as f64 || requests <= 0.0 {
-            return None;
+/// A statistic over the buckets of several series (a wave's clusters) that started in
+/// `[from, to)`, as if their traffic were one: error rate and latency over all their requests,
+/// request rate summed. None with fewer than `min_requests` requests in all.
+pub fn read_all<'a>(
+    series: impl IntoIterator<Item = &'a Series>,
+    statistic: BuiltinStatistic,
+    quantile: f64,
+    canary: bool,
+    from: Millis,
+    to: Millis,
+    min_requests: u64,
+) -> Option<f64> {
+    let window: Vec<&Bucket> = series
+        .into_iter()
+        .flat_map(|s| s.buckets.iter())
+        .filter(|(at, _, _)| *at >= from && *at < to)
+        .map(|(_, s, c)| if canary { c } else { s })
+        .filter(|b| b.requests > 0.0)
+        .collect();
+    let requests: f64 = window.iter().map(|b| f64::from(b.requests)).sum();
+    if requests < min_requests as f64 || requests <= 0.0 {
+        return None;
+    }
+    match statistic {
+        BuiltinStatistic::ErrorRate => {
+            Some(window.iter().map(|b| f64::from(b.errors)).sum::<f64>() / requests)
         }
-        match statistic {
-            BuiltinStatistic::ErrorRate => {
-                Some(window.iter().map(|b| f64::from(b.errors)).sum::<f64>() / requests)
-            }
-            BuiltinStatistic::RequestRate => Some(requests / ((to - from).max(1) as f64 / 1000.0)),
-            BuiltinStatistic::Latency => {
-                // The quantile of the mixture of the buckets' log-normals, by bisection on ln t.
-                let cdf = |ln_t: f64| {
-                    window
-                        .iter()
-                        .map(|b| {
-                            f64::from(b.requests)
-                                * normal_cdf(
-                                    (ln_t - f64::from(b.mu)) / f64::from(b.sigma).max(1e-9),
-                                )
-                        })
-                        .sum::<f64>()
-                        / requests
-                };
-                let (mut lo, mut hi) = (-20.0_f64, 10.0_f64);
-                for _ in 0..60 {
-                    let mid = 0.5 * (lo + hi);
-                    if cdf(mid) < quantile {
-                        lo = mid
-                    } else {
-                        hi = mid
-                    }
+        BuiltinStatistic::RequestRate => Some(requests / ((to - from).max(1) as f64 / 1000.0)),
+        BuiltinStatistic::Latency => {
+            // The quantile of the mixture of the buckets' log-normals, by bisection on ln t.
+            let cdf = |ln_t: f64| {
+                window
+                    .iter()
+                    .map(|b| {
+                        f64::from(b.requests)
+                            * normal_cdf((ln_t - f64::from(b.mu)) / f64::from(b.sigma).max(1e-9))
+                    })
+                    .sum::<f64>()
+                    / requests
+            };
+            let (mut lo, mut hi) = (-20.0_f64, 10.0_f64);
+            for _ in 0..60 {
+                let mid = 0.5 * (lo + hi);
+                if cdf(mid) < quantile {
+                    lo = mid
+                } else {
+                    hi = mid
                 }
-                Some((0.5 * (lo + hi)).exp())
             }
+            Some((0.5 * (lo + hi)).exp())
         }
     }
 }
@@ -222,27 +221,63 @@ mod tests {
                 Bucket::default(),
             );
         }
-        let rate = series
-            .read(BuiltinStatistic::ErrorRate, 0.95, false, 0, 300_000, 50)
-            .unwrap();
+        let rate = read_all(
+            [&series],
+            BuiltinStatistic::ErrorRate,
+            0.95,
+            false,
+            0,
+            300_000,
+            50,
+        )
+        .unwrap();
         assert!((rate - 0.01).abs() < 0.002, "{rate}");
-        let p95 = series
-            .read(BuiltinStatistic::Latency, 0.95, false, 0, 300_000, 50)
-            .unwrap();
+        let p95 = read_all(
+            [&series],
+            BuiltinStatistic::Latency,
+            0.95,
+            false,
+            0,
+            300_000,
+            50,
+        )
+        .unwrap();
         assert!((p95 - 0.3).abs() < 0.01, "{p95}");
-        let p50 = series
-            .read(BuiltinStatistic::Latency, 0.5, false, 0, 300_000, 50)
-            .unwrap();
+        let p50 = read_all(
+            [&series],
+            BuiltinStatistic::Latency,
+            0.5,
+            false,
+            0,
+            300_000,
+            50,
+        )
+        .unwrap();
         assert!((p50 - 0.1).abs() < 0.005, "{p50}");
         assert_eq!(
-            series.read(BuiltinStatistic::ErrorRate, 0.95, true, 0, 300_000, 50),
+            read_all(
+                [&series],
+                BuiltinStatistic::ErrorRate,
+                0.95,
+                true,
+                0,
+                300_000,
+                50
+            ),
             None,
             "no canary traffic: no value"
         );
         assert!(
-            (series
-                .read(BuiltinStatistic::RequestRate, 0.95, false, 0, 300_000, 1)
-                .unwrap()
+            (read_all(
+                [&series],
+                BuiltinStatistic::RequestRate,
+                0.95,
+                false,
+                0,
+                300_000,
+                1
+            )
+            .unwrap()
                 - 100.0)
                 .abs()
                 < 1e-6

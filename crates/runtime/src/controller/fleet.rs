@@ -191,6 +191,9 @@ impl FleetController {
                 run.abandon_in_flight();
             }
         }
+        if let Some(wave_run) = machine.state.wave_run.as_mut() {
+            wave_run.run.abandon_in_flight();
+        }
         let mut versions = BTreeMap::new();
         let mut controller_clusters = BTreeMap::new();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
@@ -565,17 +568,23 @@ impl FleetController {
             }
         }
         for measurement in out.measurements {
-            let Some(handle) = self.clusters.get(&measurement.cluster) else {
+            // A wave analysis measures the wave, not one cluster: only non-builtin providers.
+            let wave = measurement.wave().is_some();
+            let handle = self.clusters.get(&measurement.cluster);
+            if handle.is_none() && !wave {
                 continue;
+            }
+            let not_before = if wave {
+                self.machine.state.wave_run.as_ref().map(|w| w.run.started_at)
+            } else {
+                self.machine
+                    .state
+                    .clusters
+                    .get(&measurement.cluster)
+                    .and_then(|c| c.runs.get(&measurement.run))
+                    .map(|run| run.started_at)
             };
-            let not_before = self
-                .machine
-                .state
-                .clusters
-                .get(&measurement.cluster)
-                .and_then(|c| c.runs.get(&measurement.run))
-                .map(|run| run.started_at);
-            let builtin = handle.builtin.clone();
+            let builtin = handle.map(|h| h.builtin.clone());
             let providers = self.providers.clone();
             let tx = self.outcomes_tx.clone();
             let limit = self.measure_limit.clone();
@@ -584,7 +593,12 @@ impl FleetController {
                 let request = &measurement.request;
                 let measure = async {
                     if request.provider.builtin.is_some() {
-                        builtin.measure_since(request, not_before).await
+                        match &builtin {
+                            Some(builtin) => builtin.measure_since(request, not_before).await,
+                            None => Outcome::Error(
+                                "a wave analysis cannot use builtin metrics in `flotilla serve` (they read one cluster's agent); use a prometheus or web metric".into(),
+                            ),
+                        }
                     } else {
                         providers.measure(request).await
                     }
@@ -835,6 +849,7 @@ impl FleetController {
                             AnalysisSlot::Background => "background".into(),
                             AnalysisSlot::PrePromotion => "pre-promotion".into(),
                             AnalysisSlot::PostPromotion => "post-promotion".into(),
+                            AnalysisSlot::Wave(n) => format!("wave-{n}"),
                         },
                         key.revision
                     ),

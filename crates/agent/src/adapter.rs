@@ -126,12 +126,20 @@ impl AgentCluster {
 }
 
 impl WorkloadDriver for AgentCluster {
-    async fn ensure(&self, revision: RevisionNumber, _hash: &str, replicas: i32) -> Result<(), PortError> {
+    async fn ensure(
+        &self,
+        revision: RevisionNumber,
+        _hash: &str,
+        replicas: i32,
+    ) -> Result<(), PortError> {
         let version = self.version_of(revision)?;
         let replicas = replicas.max(0) as u32;
         let stable = self.placement.lock().expect("placement lock").stable;
         if stable == Some(revision) {
-            self.client.scale(STABLE, &version, replicas).await.map_err(port)?;
+            self.client
+                .scale(STABLE, &version, replicas)
+                .await
+                .map_err(port)?;
             return Ok(());
         }
         if replicas == 0 {
@@ -143,7 +151,10 @@ impl WorkloadDriver for AgentCluster {
             }
             return Ok(());
         }
-        self.client.scale(CANARY, &version, replicas).await.map_err(port)?;
+        self.client
+            .scale(CANARY, &version, replicas)
+            .await
+            .map_err(port)?;
         Ok(())
     }
 
@@ -187,7 +198,11 @@ impl TrafficRouter for AgentCluster {
         let replicas = stable
             .map_or(0, |s| s.desired_replicas)
             .max(canary.map_or(0, |c| c.desired_replicas));
-        self.client.scale(STABLE, &version, replicas).await.map(drop).map_err(port)
+        self.client
+            .scale(STABLE, &version, replicas)
+            .await
+            .map(drop)
+            .map_err(port)
     }
 
     async fn set_header_route(
@@ -240,7 +255,11 @@ impl TrafficRouter for AgentCluster {
             percentage: percentage.clamp(0, 100) as u32,
             header,
         };
-        self.client.set_mirror(&mirror).await.map(drop).map_err(port)
+        self.client
+            .set_mirror(&mirror)
+            .await
+            .map(drop)
+            .map_err(port)
     }
 
     async fn remove_mirror_route(&self, name: &str) -> Result<(), PortError> {
@@ -322,7 +341,10 @@ impl Measurer for BuiltinProvider {
         metadata.insert("requests".to_owned(), window.requests.to_string());
         metadata.insert("errors".to_owned(), window.errors.to_string());
         metadata.insert("subset".to_owned(), subset.to_owned());
-        metadata.insert("window".to_owned(), format!("{}..{}", window.start, window.end));
+        metadata.insert(
+            "window".to_owned(),
+            format!("{}..{}", window.start, window.end),
+        );
         if window.requests < min_requests {
             metadata.insert(
                 "reason".to_owned(),

@@ -323,14 +323,22 @@ pub fn parse_located<T: serde::de::DeserializeOwned>(
         return Err(error(
             0,
             0,
-            format!("{what} must be exactly one YAML document, not {}", documents.len()),
+            format!(
+                "{what} must be exactly one YAML document, not {}",
+                documents.len()
+            ),
         ));
     }
     let document = documents.remove(0);
     let value: T = serde_path_to_error::deserialize(document.value.clone()).map_err(|e| {
         let field = e.path().to_string();
         let field = if field == "." { String::new() } else { field };
-        ConfigError::at(file, &document.locations, &field, e.into_inner().to_string())
+        ConfigError::at(
+            file,
+            &document.locations,
+            &field,
+            e.into_inner().to_string(),
+        )
     })?;
     Ok((value, document.locations))
 }

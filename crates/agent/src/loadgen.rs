@@ -4,6 +4,9 @@
 //! earlier ones have been answered), bounded by a duration and a total request count. The report
 //! gives the achieved rate, the status counts and latency quantiles (measured from the moment a
 //! request is issued to the end of its response body). Only loopback targets are accepted.
+//!
+//! [`run_closed`] is the closed-loop counterpart for throughput: a fixed number of keep-alive
+//! connections, each sending its next request as soon as the last one is answered.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -148,9 +151,146 @@ pub fn check_loopback(url: &str) -> Result<Uri, LoadError> {
     Ok(uri)
 }
 
+/// One target, checked.
+struct Plan {
+    url: String,
+    uri: Uri,
+    rate: f64,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Plan {
+    fn request(&self) -> Request<Empty<Bytes>> {
+        let mut request = Request::get(self.uri.clone())
+            .body(Empty::new())
+            .expect("a GET request");
+        for (name, value) in &self.headers {
+            request.headers_mut().append(name.clone(), value.clone());
+        }
+        request
+    }
+}
+
+/// Checks the targets; `rate` is the run's rate (None for a closed-loop run, which has none).
+fn plan(targets: &[Target], rate: Option<f64>) -> Result<Vec<Plan>, LoadError> {
+    if targets.is_empty() {
+        return Err(LoadError::Invalid("name at least one target".into()));
+    }
+    let mut plans = Vec::new();
+    for target in targets {
+        let uri = check_loopback(&target.url)?;
+        let rate = match rate {
+            Some(rate) => {
+                let rate = target.rate.unwrap_or(rate);
+                if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+                    return Err(LoadError::Invalid(format!(
+                        "the rate for {} must be above 0 and at most 1000000 requests/s, not {rate}",
+                        target.url
+                    )));
+                }
+                rate
+            }
+            None => 0.0,
+        };
+        let mut headers = Vec::new();
+        for (k, v) in &target.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| LoadError::Invalid(format!("{k:?} is not a header name")))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|_| LoadError::Invalid(format!("{v:?} is not a header value")))?;
+            headers.push((name, value));
+        }
+        plans.push(Plan {
+            url: target.url.clone(),
+            uri,
+            rate,
+            headers,
+        });
+    }
+    Ok(plans)
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+fn client(max_idle_per_host: usize) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(max_idle_per_host)
+        .build(connector)
+}
+
+/// Sends one request and reads the whole response: its status, or why there is none.
+async fn send(client: &HttpClient, request: Request<Empty<Bytes>>) -> Result<u16, String> {
+    tokio::time::timeout(REQUEST_TIMEOUT, async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| crate::router::error_chain(&e))?;
+        let status = response.status().as_u16();
+        response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the body: {e}"))?;
+        Ok::<u16, String>(status)
+    })
+    .await
+    .unwrap_or_else(|_| Err(format!("no response within {REQUEST_TIMEOUT:?}")))
+}
+
 struct Tally {
     report: TargetReport,
     histogram: Histogram<u64>,
+}
+
+impl Tally {
+    fn new(url: &str, rate: f64) -> Tally {
+        Tally {
+            report: TargetReport {
+                url: url.to_owned(),
+                rate,
+                ..TargetReport::default()
+            },
+            histogram: histogram(),
+        }
+    }
+
+    fn record(&mut self, result: Result<u16, String>, latency: Duration) {
+        self.report.sent += 1;
+        match result {
+            Ok(status) => {
+                self.report.completed += 1;
+                *self.report.status_counts.entry(status).or_default() += 1;
+                let micros = (latency.as_micros() as u64).clamp(1, 600_000_000);
+                let _ = self.histogram.record(micros);
+            }
+            Err(e) => {
+                self.report.failed += 1;
+                if self.report.errors.len() < 5 {
+                    self.report.errors.push(e);
+                }
+            }
+        }
+    }
+
+    /// Adds another tally of the same target.
+    fn merge(&mut self, other: Tally) {
+        let (mine, theirs) = (&mut self.report, other.report);
+        mine.sent += theirs.sent;
+        mine.completed += theirs.completed;
+        mine.failed += theirs.failed;
+        mine.not_sent += theirs.not_sent;
+        for (code, n) in theirs.status_counts {
+            *mine.status_counts.entry(code).or_default() += n;
+        }
+        for e in theirs.errors {
+            if mine.errors.len() < 5 {
+                mine.errors.push(e);
+            }
+        }
+        let _ = self.histogram.add(&other.histogram);
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -170,6 +310,32 @@ fn quantiles(h: &Histogram<u64>) -> Quantiles {
     }
 }
 
+/// The report of a run that took `elapsed` seconds, from its targets' tallies.
+fn report(tallies: Vec<Tally>, elapsed: f64) -> Report {
+    let elapsed = elapsed.max(1e-9);
+    let mut report = Report {
+        elapsed_seconds: elapsed,
+        ..Report::default()
+    };
+    let mut all = histogram();
+    for mut t in tallies {
+        let _ = all.add(&t.histogram);
+        t.report.latency_ms = quantiles(&t.histogram);
+        t.report.achieved_rate = t.report.completed as f64 / elapsed;
+        report.sent += t.report.sent;
+        report.completed += t.report.completed;
+        report.failed += t.report.failed;
+        report.not_sent += t.report.not_sent;
+        for (code, n) in &t.report.status_counts {
+            *report.status_counts.entry(*code).or_default() += n;
+        }
+        report.targets.push(t.report);
+    }
+    report.achieved_rate = report.completed as f64 / elapsed;
+    report.latency_ms = quantiles(&all);
+    report
+}
+
 /// Sends open-loop load: each target at its own rate (or `rate`), for at most `duration` and
 /// at most `max_requests` requests in all; returns when every response is in.
 pub async fn run(
@@ -178,54 +344,22 @@ pub async fn run(
     duration: Duration,
     max_requests: u64,
 ) -> Result<Report, LoadError> {
-    if targets.is_empty() {
-        return Err(LoadError::Invalid("name at least one target".into()));
-    }
-    let mut plans = Vec::new();
-    for target in targets {
-        let uri = check_loopback(&target.url)?;
-        let rate = target.rate.unwrap_or(rate);
-        if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
-            return Err(LoadError::Invalid(format!(
-                "the rate for {} must be above 0 and at most 1000000 requests/s, not {rate}",
-                target.url
-            )));
-        }
-        let mut headers = Vec::new();
-        for (k, v) in &target.headers {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| LoadError::Invalid(format!("{k:?} is not a header name")))?;
-            let value = HeaderValue::from_str(v)
-                .map_err(|_| LoadError::Invalid(format!("{v:?} is not a header value")))?;
-            headers.push((name, value));
-        }
-        plans.push((target.url.clone(), uri, rate, headers));
-    }
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(connector);
+    let plans = plan(targets, Some(rate))?;
+    let client = client(usize::MAX);
     let budget = Arc::new(AtomicU64::new(max_requests));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let start = Instant::now();
     let mut schedulers = Vec::new();
     let mut tallies = Vec::new();
-    for (url, uri, rate, headers) in plans {
-        let tally = Arc::new(Mutex::new(Tally {
-            report: TargetReport {
-                url,
-                rate,
-                ..TargetReport::default()
-            },
-            histogram: histogram(),
-        }));
+    for plan in plans {
+        let tally = Arc::new(Mutex::new(Tally::new(&plan.url, plan.rate)));
         let client = client.clone();
         let budget = budget.clone();
         let in_flight = in_flight.clone();
         let scheduler_tally = tally.clone();
         schedulers.push(tokio::spawn(async move {
             let tally = scheduler_tally;
-            let interval = Duration::from_secs_f64(1.0 / rate);
+            let interval = Duration::from_secs_f64(1.0 / plan.rate);
             let mut requests = Vec::new();
             let mut k: u32 = 0;
             loop {
@@ -245,49 +379,15 @@ pub async fn run(
                     tally.lock().await.report.not_sent += 1;
                     continue;
                 };
-                let mut request = Request::get(uri.clone())
-                    .body(Empty::new())
-                    .expect("a GET request");
-                for (name, value) in &headers {
-                    request.headers_mut().append(name.clone(), value.clone());
-                }
+                let request = plan.request();
                 let client = client.clone();
                 let tally = tally.clone();
                 requests.push(tokio::spawn(async move {
                     let issued = Instant::now();
-                    let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
-                        let response = client
-                            .request(request)
-                            .await
-                            .map_err(|e| crate::router::error_chain(&e))?;
-                        let status = response.status().as_u16();
-                        response
-                            .into_body()
-                            .collect()
-                            .await
-                            .map_err(|e| format!("reading the body: {e}"))?;
-                        Ok::<u16, String>(status)
-                    })
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no response within {REQUEST_TIMEOUT:?}")));
+                    let result = send(&client, request).await;
                     let latency = issued.elapsed();
                     drop(permit);
-                    let mut t = tally.lock().await;
-                    t.report.sent += 1;
-                    match result {
-                        Ok(status) => {
-                            t.report.completed += 1;
-                            *t.report.status_counts.entry(status).or_default() += 1;
-                            let micros = (latency.as_micros() as u64).clamp(1, 600_000_000);
-                            let _ = t.histogram.record(micros);
-                        }
-                        Err(e) => {
-                            t.report.failed += 1;
-                            if t.report.errors.len() < 5 {
-                                t.report.errors.push(e);
-                            }
-                        }
-                    }
+                    tally.lock().await.record(result, latency);
                 }));
             }
             for r in requests {
@@ -299,29 +399,63 @@ pub async fn run(
     for scheduler in schedulers {
         let _ = scheduler.await;
     }
-    let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-    let mut report = Report {
-        elapsed_seconds: elapsed,
-        ..Report::default()
-    };
-    let mut all = histogram();
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut done = Vec::new();
     for tally in tallies {
-        let mut t = tally.lock().await;
-        let _ = all.add(&t.histogram);
-        t.report.latency_ms = quantiles(&t.histogram);
-        t.report.achieved_rate = t.report.completed as f64 / elapsed;
-        report.sent += t.report.sent;
-        report.completed += t.report.completed;
-        report.failed += t.report.failed;
-        report.not_sent += t.report.not_sent;
-        for (code, n) in &t.report.status_counts {
-            *report.status_counts.entry(*code).or_default() += n;
-        }
-        report.targets.push(t.report.clone());
+        let t = std::mem::replace(&mut *tally.lock().await, Tally::new("", 0.0));
+        done.push(t);
     }
-    report.achieved_rate = report.completed as f64 / elapsed;
-    report.latency_ms = quantiles(&all);
-    Ok(report)
+    Ok(report(done, elapsed))
+}
+
+/// Sends closed-loop load, to measure the most a server sustains: `connections` workers spread
+/// round-robin over the targets, each with its own keep-alive connection, each sending its next
+/// request as soon as the last response is in, for `duration` and at most `max_requests`
+/// requests in all. The targets' rates are ignored (reported as 0).
+pub async fn run_closed(
+    targets: &[Target],
+    connections: usize,
+    duration: Duration,
+    max_requests: u64,
+) -> Result<Report, LoadError> {
+    let plans = Arc::new(plan(targets, None)?);
+    if connections == 0 || connections > MAX_IN_FLIGHT {
+        return Err(LoadError::Invalid(format!(
+            "connections must be between 1 and {MAX_IN_FLIGHT}, not {connections}"
+        )));
+    }
+    let budget = Arc::new(AtomicU64::new(max_requests));
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut workers = Vec::new();
+    for worker in 0..connections {
+        let plans = plans.clone();
+        let budget = budget.clone();
+        workers.push(tokio::spawn(async move {
+            let index = worker % plans.len();
+            let plan = &plans[index];
+            // One connection: a client of its own that keeps one idle connection.
+            let client = client(1);
+            let mut tally = Tally::new(&plan.url, 0.0);
+            while Instant::now() < deadline
+                && budget
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                    .is_ok()
+            {
+                let issued = Instant::now();
+                let result = send(&client, plan.request()).await;
+                tally.record(result, issued.elapsed());
+            }
+            (index, tally)
+        }));
+    }
+    let mut tallies: Vec<Tally> = plans.iter().map(|p| Tally::new(&p.url, 0.0)).collect();
+    for worker in workers {
+        if let Ok((index, tally)) = worker.await {
+            tallies[index].merge(tally);
+        }
+    }
+    Ok(report(tallies, start.elapsed().as_secs_f64()))
 }
 
 #[cfg(test)]
@@ -363,5 +497,27 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, LoadError::NotLoopback(_)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_loop_run_keeps_its_connections_busy_and_stops_at_its_budget() {
+        let server = crate::demo_app::DemoServer::start(crate::demo_app::DemoConfig::default())
+            .await
+            .unwrap();
+        let targets = [Target::new(format!("http://{}/x", server.local_addr()))];
+        // The budget ends the run long before the duration does.
+        let report = run_closed(&targets, 4, Duration::from_secs(60), 500)
+            .await
+            .unwrap();
+        assert_eq!(report.sent, 500, "{report:?}");
+        assert_eq!(report.status_counts.get(&200), Some(&500), "{report:?}");
+        assert!(report.elapsed_seconds < 30.0, "{report:?}");
+        assert_eq!(server.requests_served(), 500);
+        assert_eq!(report.targets[0].rate, 0.0);
+        let err = run_closed(&targets, 0, Duration::from_secs(1), 1)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("connections"), "{err}");
+        server.shutdown().await;
     }
 }

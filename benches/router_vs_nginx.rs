@@ -1,0 +1,416 @@
+//! The agent's router against nginx (Debian's package) on this machine, under the same load.
+//!
+//! Four upstream replicas (`flotilla demo-app` processes, zero latency: two run version 1.0 as
+//! the stable subset, two run 2.0 as the canary) sit behind two proxies with the same weighted
+//! split, canary 20 / stable 80 decided per request, and the same worker count (2: the agent's
+//! runtime has two worker threads, nginx gets `worker_processes 2`):
+//!
+//! - the agent: `flotilla agent --config FILE`, the router with fixed endpoints;
+//! - nginx: two `upstream` groups with keep-alive connections and `split_clients` on
+//!   `$request_id` (a fresh random value per request).
+//!
+//! The load generator (`flotilla_agent::loadgen`, in this process, two worker threads) drives
+//! each of direct calls to the replicas, nginx and the agent, in turn, [`ROUNDS`] times:
+//!
+//! - throughput: closed loop, [`CONNECTIONS`] keep-alive connections sending back to back for
+//!   [`CLOSED_SECONDS`] s (direct: the connections spread evenly over the four replicas);
+//! - latency: open loop at a fixed [`RATE`] requests/s for [`OPEN_SECONDS`] s (direct: the
+//!   replicas get the rate split 40/40/10/10, as the proxies split it), p50 and p99 from the
+//!   moment a request is issued to the end of its response, and the latency each proxy adds
+//!   over direct calls.
+//!
+//! Figures are the medians over the rounds. Every process shares the machine's cores (two, on
+//! this project's machine) with the others, as they would on one host. Run with
+//! `cargo bench --bench router_vs_nginx` (needs `nginx` on PATH: `apt-get install -y nginx`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use flotilla_agent::loadgen::{self, Report, Target};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The replicas: (subset, version).
+const REPLICAS: [(&str, &str); 4] = [
+    ("stable", "1.0"),
+    ("stable", "1.0"),
+    ("canary", "2.0"),
+    ("canary", "2.0"),
+];
+/// The canary's share of requests, percent.
+const CANARY_WEIGHT: u32 = 20;
+/// Worker threads of the agent's runtime (`flotilla_agent::runtime`), and so nginx's workers.
+const WORKERS: usize = 2;
+/// Keep-alive connections of the closed-loop runs.
+const CONNECTIONS: usize = 64;
+/// Length of one closed-loop run.
+const CLOSED_SECONDS: u64 = 5;
+/// Requests per second of the open-loop runs.
+const RATE: f64 = 2_000.0;
+/// Length of one open-loop run.
+const OPEN_SECONDS: u64 = 5;
+/// How many times each measurement is taken (the median is reported).
+const ROUNDS: usize = 3;
+
+/// Child processes, stopped (SIGTERM, then SIGKILL after 5 s) and reaped on drop.
+#[derive(Default)]
+struct Children(Vec<(String, Child)>);
+
+impl Children {
+    fn spawn(&mut self, name: &str, command: &mut Command, log: &Path) -> Result<()> {
+        let out = std::fs::File::create(log)?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        self.0.push((name.to_owned(), child));
+        Ok(())
+    }
+
+    fn check_running(&mut self) -> Result<()> {
+        for (name, child) in &mut self.0 {
+            if let Some(status) = child.try_wait()? {
+                bail!("{name} exited early ({status})");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, child) in &self.0 {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (_, child) in &mut self.0 {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A loopback port that nothing listens on right now.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Waits until `url` answers 200.
+async fn wait_for(url: &str, children: &mut Children) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        children.check_running()?;
+        let probe = loadgen::run_closed(&[Target::new(url)], 1, Duration::from_secs(2), 1).await?;
+        if probe.status_counts.get(&200) == Some(&1) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{url} did not answer 200 within 30 s: {probe:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn nginx_config(dir: &Path, port: u16, upstreams: &[(&str, u16)]) -> String {
+    let group = |subset: &str| {
+        upstreams
+            .iter()
+            .filter(|(s, _)| *s == subset)
+            .map(|(_, p)| format!("        server 127.0.0.1:{p};\n"))
+            .collect::<String>()
+    };
+    let d = dir.display();
+    format!(
+        "worker_processes {WORKERS};\n\
+         pid {d}/nginx.pid;\n\
+         error_log {d}/error.log warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n\
+         \x20   access_log off;\n\
+         \x20   client_body_temp_path {d}/client_body;\n\
+         \x20   proxy_temp_path {d}/proxy;\n\
+         \x20   fastcgi_temp_path {d}/fastcgi;\n\
+         \x20   uwsgi_temp_path {d}/uwsgi;\n\
+         \x20   scgi_temp_path {d}/scgi;\n\
+         \x20   keepalive_requests 1000000;\n\
+         \x20   upstream stable {{\n{stable}        keepalive 256;\n    }}\n\
+         \x20   upstream canary {{\n{canary}        keepalive 256;\n    }}\n\
+         \x20   split_clients \"${{request_id}}\" $subset {{\n\
+         \x20       {CANARY_WEIGHT}% canary;\n\
+         \x20       * stable;\n\
+         \x20   }}\n\
+         \x20   server {{\n\
+         \x20       listen 127.0.0.1:{port} reuseport;\n\
+         \x20       location / {{\n\
+         \x20           proxy_pass http://$subset;\n\
+         \x20           proxy_http_version 1.1;\n\
+         \x20           proxy_set_header Connection \"\";\n\
+         \x20       }}\n\
+         \x20   }}\n\
+         }}\n",
+        stable = group("stable"),
+        canary = group("canary"),
+    )
+}
+
+fn agent_config(router: u16, control: u16, upstreams: &[(&str, u16)]) -> String {
+    let group = |subset: &str| {
+        upstreams
+            .iter()
+            .filter(|(s, _)| *s == subset)
+            .map(|(_, p)| format!("\"127.0.0.1:{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "cluster: bench\n\
+         router: {{listen: \"127.0.0.1:{router}\"}}\n\
+         control: {{listen: \"127.0.0.1:{control}\"}}\n\
+         weights: {{canary: {CANARY_WEIGHT}}}\n\
+         subsets:\n\
+         \x20 stable: {{endpoints: [{}]}}\n\
+         \x20 canary: {{endpoints: [{}]}}\n",
+        group("stable"),
+        group("canary")
+    )
+}
+
+/// Where the load goes for one of the three ways of calling the replicas.
+struct Way {
+    name: &'static str,
+    /// The closed-loop targets (connections spread evenly over them).
+    closed: Vec<Target>,
+    /// The open-loop targets, each with its share of [`RATE`].
+    open: Vec<Target>,
+}
+
+#[derive(Default)]
+struct Samples {
+    throughput: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    failed: u64,
+    not_ok: u64,
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn not_ok(report: &Report) -> u64 {
+    report
+        .status_counts
+        .iter()
+        .filter(|(code, _)| **code != 200)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+async fn bench() -> Result<()> {
+    let nginx = find_on_path("nginx").context(
+        "nginx is not installed; this benchmark runs Debian's package: \
+         apt-get install -y --no-install-recommends nginx",
+    )?;
+    let flotilla = env!("CARGO_BIN_EXE_flotilla");
+    let dir = tempfile::tempdir()?;
+    let mut children = Children::default();
+
+    let mut upstreams = Vec::new();
+    for (i, (subset, version)) in REPLICAS.iter().enumerate() {
+        let port = free_port()?;
+        children.spawn(
+            &format!("demo-app {version} #{i}"),
+            Command::new(flotilla)
+                .args(["demo-app", "--version", version, "--port"])
+                .arg(port.to_string()),
+            &dir.path().join(format!("upstream-{i}.log")),
+        )?;
+        upstreams.push((*subset, port));
+    }
+    for (_, port) in &upstreams {
+        wait_for(&format!("http://127.0.0.1:{port}/healthz"), &mut children).await?;
+    }
+
+    let (router_port, control_port) = (free_port()?, free_port()?);
+    let agent_file = dir.path().join("agent.yaml");
+    std::fs::write(
+        &agent_file,
+        agent_config(router_port, control_port, &upstreams),
+    )?;
+    children.spawn(
+        "flotilla agent",
+        Command::new(flotilla)
+            .arg("agent")
+            .arg("--config")
+            .arg(&agent_file),
+        &dir.path().join("agent.log"),
+    )?;
+
+    let nginx_port = free_port()?;
+    let nginx_dir = dir.path().join("nginx");
+    std::fs::create_dir_all(&nginx_dir)?;
+    let nginx_file = nginx_dir.join("nginx.conf");
+    std::fs::write(
+        &nginx_file,
+        nginx_config(&nginx_dir, nginx_port, &upstreams),
+    )?;
+    children.spawn(
+        "nginx",
+        Command::new(&nginx)
+            .arg("-p")
+            .arg(&nginx_dir)
+            .arg("-e")
+            .arg(nginx_dir.join("error.log"))
+            .arg("-c")
+            .arg(&nginx_file)
+            .args(["-g", "daemon off;"]),
+        &dir.path().join("nginx.log"),
+    )?;
+    let agent_url = format!("http://127.0.0.1:{router_port}/bench");
+    let nginx_url = format!("http://127.0.0.1:{nginx_port}/bench");
+    wait_for(&agent_url, &mut children).await?;
+    wait_for(&nginx_url, &mut children).await?;
+
+    let direct: Vec<String> = upstreams
+        .iter()
+        .map(|(_, p)| format!("http://127.0.0.1:{p}/bench"))
+        .collect();
+    let replica_share = |subset: &str| {
+        let weight = if subset == "canary" {
+            f64::from(CANARY_WEIGHT)
+        } else {
+            f64::from(100 - CANARY_WEIGHT)
+        };
+        let replicas = upstreams.iter().filter(|(s, _)| *s == subset).count() as f64;
+        weight / 100.0 / replicas
+    };
+    let ways = [
+        Way {
+            name: "direct",
+            closed: direct.iter().map(Target::new).collect(),
+            open: upstreams
+                .iter()
+                .zip(&direct)
+                .map(|((subset, _), url)| Target {
+                    rate: Some(RATE * replica_share(subset)),
+                    ..Target::new(url)
+                })
+                .collect(),
+        },
+        Way {
+            name: "nginx",
+            closed: vec![Target::new(&nginx_url)],
+            open: vec![Target::new(&nginx_url)],
+        },
+        Way {
+            name: "agent",
+            closed: vec![Target::new(&agent_url)],
+            open: vec![Target::new(&agent_url)],
+        },
+    ];
+
+    // Warm-up: connections, pools and caches.
+    for way in &ways {
+        loadgen::run_closed(&way.closed, CONNECTIONS, Duration::from_secs(1), u64::MAX).await?;
+    }
+    let mut samples: Vec<Samples> = ways.iter().map(|_| Samples::default()).collect();
+    for round in 0..ROUNDS {
+        // A different order each round, so that no way always runs first.
+        for k in 0..ways.len() {
+            let i = (k + round) % ways.len();
+            let way = &ways[i];
+            children.check_running()?;
+            let closed = loadgen::run_closed(
+                &way.closed,
+                CONNECTIONS,
+                Duration::from_secs(CLOSED_SECONDS),
+                u64::MAX,
+            )
+            .await?;
+            let open =
+                loadgen::run(&way.open, RATE, Duration::from_secs(OPEN_SECONDS), u64::MAX).await?;
+            let s = &mut samples[i];
+            s.throughput.push(closed.achieved_rate);
+            s.p50.push(open.latency_ms.p50);
+            s.p99.push(open.latency_ms.p99);
+            s.failed += closed.failed + open.failed + open.not_sent;
+            s.not_ok += not_ok(&closed) + not_ok(&open);
+            eprintln!(
+                "round {round} {:>6}: {:>8.0} req/s closed loop; open loop p50 {:.3} ms p99 {:.3} ms",
+                way.name, closed.achieved_rate, open.latency_ms.p50, open.latency_ms.p99
+            );
+        }
+    }
+
+    let figures: Vec<(f64, f64, f64)> = samples
+        .iter()
+        .map(|s| (median(&s.throughput), median(&s.p50), median(&s.p99)))
+        .collect();
+    let (direct_fig, nginx_fig, agent_fig) = (figures[0], figures[1], figures[2]);
+    println!(
+        "router vs nginx: {} upstream replicas (demo-app, zero latency), split canary {CANARY_WEIGHT} / stable {} per request, {WORKERS} workers each",
+        REPLICAS.len(),
+        100 - CANARY_WEIGHT
+    );
+    println!(
+        "throughput: closed loop, {CONNECTIONS} keep-alive connections, {CLOSED_SECONDS} s; latency: open loop at {RATE} req/s, {OPEN_SECONDS} s; medians of {ROUNDS} rounds"
+    );
+    println!(
+        "{:<8} {:>12} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8}",
+        "", "req/s", "p50 ms", "p99 ms", "added p50", "added p99", "failed", "non-200"
+    );
+    for ((way, s), (rate, p50, p99)) in ways.iter().zip(&samples).zip(&figures) {
+        println!(
+            "{:<8} {:>12.0} {:>10.3} {:>10.3} {:>12.3} {:>12.3} {:>8} {:>8}",
+            way.name,
+            rate,
+            p50,
+            p99,
+            p50 - direct_fig.1,
+            p99 - direct_fig.2,
+            s.failed,
+            s.not_ok
+        );
+    }
+    let ratio = agent_fig.0 / nginx_fig.0;
+    let added_p99 = agent_fig.2 - direct_fig.2;
+    println!(
+        "agent/nginx throughput {ratio:.2}x (target >= 0.9x: {}); agent added p99 {added_p99:.3} ms (target < 1 ms: {}); nginx added p99 {:.3} ms",
+        if ratio >= 0.9 { "met" } else { "MISSED" },
+        if added_p99 < 1.0 { "met" } else { "MISSED" },
+        nginx_fig.2 - direct_fig.2
+    );
+    drop(children);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        // `cargo test --benches` and `cargo bench -- --list` probe bench binaries: nothing to list.
+        return Ok(());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}

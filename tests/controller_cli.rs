@@ -51,7 +51,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .env("GIT_COMMITTER_EMAIL", "dev@example.test")
         .output()
         .unwrap();
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
@@ -124,7 +128,10 @@ impl Lab {
             git(&work, &["init", "-q", "-b", "main"]);
             git(&work, &["add", "."]);
             git(&work, &["commit", "-q", "-m", "payments fleet"]);
-            git(dir.path(), &["init", "-q", "--bare", "-b", "main", "fleet.git"]);
+            git(
+                dir.path(),
+                &["init", "-q", "--bare", "-b", "main", "fleet.git"],
+            );
             git(&work, &["push", "-q", "../fleet.git", "main"]);
             git(&work, &["remote", "add", "origin", "../fleet.git"]);
             String::new()
@@ -798,9 +805,11 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
         );
         let work = lab.dir.path().join("work");
         let bare = lab.dir.path().join("fleet.git");
-        lab.wait_for("the first revision to settle", Duration::from_secs(60), |v| {
-            v.phase == "Completed"
-        })
+        lab.wait_for(
+            "the first revision to settle",
+            Duration::from_secs(60),
+            |v| v.phase == "Completed",
+        )
         .await;
         let targets = lab.targets();
         let load = tokio::spawn(async move {
@@ -824,9 +833,11 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
         })
         .await;
         let settled = lab
-            .wait_for("Git to agree with the rollback", Duration::from_secs(90), |v| {
-                v.image.ends_with("1.8.3") && v.phase == "Completed"
-            })
+            .wait_for(
+                "Git to agree with the rollback",
+                Duration::from_secs(90),
+                |v| v.image.ends_with("1.8.3") && v.phase == "Completed",
+            )
             .await;
         for c in settled.waves.iter().flat_map(|w| w.clusters.iter()) {
             assert_eq!(c.stable_version.as_deref(), Some("1.8.3"), "{c:#?}");
@@ -834,11 +845,22 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
         // The durable rollback in Git: a fast-forward on top of the developer's commit.
         assert_eq!(git(&bare, &["rev-parse", "main~1"]), commit);
         let message = git(&bare, &["log", "-1", "--format=%B", "main"]);
-        assert!(message.contains("Flotilla-Cluster: canary-eu-west"), "{message}");
-        assert!(message.contains("Flotilla-Metric: error-rate=["), "{message}");
-        assert_eq!(git(&bare, &["log", "-1", "--format=%an", "main"]), "flotilla-controller");
+        assert!(
+            message.contains("Flotilla-Cluster: canary-eu-west"),
+            "{message}"
+        );
+        assert!(
+            message.contains("Flotilla-Metric: error-rate=["),
+            "{message}"
+        );
+        assert_eq!(
+            git(&bare, &["log", "-1", "--format=%an", "main"]),
+            "flotilla-controller"
+        );
         let manifests = git(&bare, &["show", "main:fleets/payments/manifests.yaml"]);
-        assert!(manifests.contains("payment-api:1.8.3") && !manifests.contains("payment-api:1.9.0"));
+        assert!(
+            manifests.contains("payment-api:1.8.3") && !manifests.contains("payment-api:1.9.0")
+        );
         // Re-reading Git starts nothing new.
         let before = lab.fleet().await;
         lab.client().sync().await.unwrap();
@@ -856,7 +878,11 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
                 .count()
         };
         assert_eq!(count("sync", &commit[..12]), 1, "{history:#?}");
-        assert_eq!(count("gitops", "durable rollback committed to main"), 1, "{history:#?}");
+        assert_eq!(
+            count("gitops", "durable rollback committed to main"),
+            1,
+            "{history:#?}"
+        );
         assert_eq!(count("sync", "Git agrees"), 1, "{history:#?}");
         // Fix forward: 1.9.1 goes through every wave.
         release("payment-api:1.9.1", "payment-api:1.8.3");

@@ -111,7 +111,10 @@ impl ApiClient {
                 message: e.to_string(),
             })?;
         let answer: serde_json::Value = decode(url, response).await?;
-        Ok(answer["message"].as_str().unwrap_or("sync requested").to_owned())
+        Ok(answer["message"]
+            .as_str()
+            .unwrap_or("sync requested")
+            .to_owned())
     }
 
     /// `POST /v1/fleets/{name}/commands`: the daemon's acceptance message.

@@ -229,7 +229,8 @@ impl DaemonConfig {
                 let interval_ms = match &git.interval {
                     None => 30_000,
                     Some(text) => {
-                        let ms = parse_duration(text).map_err(|e| fail("git.interval", e.to_string()))?;
+                        let ms = parse_duration(text)
+                            .map_err(|e| fail("git.interval", e.to_string()))?;
                         if ms < 500 {
                             return Err(fail("git.interval", format!("{text} is below 500ms")));
                         }
@@ -316,7 +317,12 @@ mod tests {
             Path::new("/x"),
         )
         .unwrap();
-        let SourceConfig::Git { git, interval_ms, cache } = git.source else {
+        let SourceConfig::Git {
+            git,
+            interval_ms,
+            cache,
+        } = git.source
+        else {
             panic!("a git source")
         };
         assert_eq!((git.branch.as_str(), interval_ms), ("main", 2000));

@@ -575,7 +575,11 @@ impl FleetController {
                 continue;
             }
             let not_before = if wave {
-                self.machine.state.wave_run.as_ref().map(|w| w.run.started_at)
+                self.machine
+                    .state
+                    .wave_run
+                    .as_ref()
+                    .map(|w| w.run.started_at)
             } else {
                 self.machine
                     .state

@@ -34,8 +34,8 @@ use tokio::sync::{Notify, broadcast};
 
 use config::Resolved;
 use fleet::FleetController;
-use source::Source;
 use record::{AuditEntry, FleetSummary, FleetView, RolloutView};
+use source::Source;
 use store::{Store, TickWrite};
 
 /// Why the daemon cannot start or had to stop.
@@ -304,7 +304,9 @@ pub async fn serve(
                                 revision: controller.record.state.revision.clone(),
                                 kind: "sync".into(),
                                 cluster: None,
-                                message: format!("the desired state was refused; nothing changed: {e}"),
+                                message: format!(
+                                    "the desired state was refused; nothing changed: {e}"
+                                ),
                                 evidence: Vec::new(),
                                 operator: None,
                             });
@@ -355,17 +357,21 @@ pub async fn serve(
                             Ok(None) => "durable rollback: Git already says it".to_owned(),
                             Err(e) => format!("durable rollback could not be committed: {e}"),
                         };
-                        shared.pending_audit.lock().expect("audit lock").push(AuditEntry {
-                            seq: 0,
-                            time: crate::analysis::wall_clock(),
-                            fleet,
-                            revision,
-                            kind: "gitops".into(),
-                            cluster: None,
-                            message,
-                            evidence: Vec::new(),
-                            operator: None,
-                        });
+                        shared
+                            .pending_audit
+                            .lock()
+                            .expect("audit lock")
+                            .push(AuditEntry {
+                                seq: 0,
+                                time: crate::analysis::wall_clock(),
+                                fleet,
+                                revision,
+                                kind: "gitops".into(),
+                                cluster: None,
+                                message,
+                                evidence: Vec::new(),
+                                operator: None,
+                            });
                         shared.sync.store(true, Ordering::SeqCst);
                         shared.wake.notify_one();
                     });

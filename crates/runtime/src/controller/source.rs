@@ -21,7 +21,7 @@ pub enum Source {
     /// Files on disk, read at start.
     Files(PathBuf),
     /// A Git repository.
-    Git(GitSource),
+    Git(Box<GitSource>),
 }
 
 /// A Git repository at a branch.
@@ -72,13 +72,13 @@ impl Source {
                         email: i.email.clone(),
                     },
                 );
-                Ok(Source::Git(GitSource {
+                Ok(Source::Git(Box::new(GitSource {
                     checkout: Mutex::new(checkout),
                     config: git.clone(),
                     interval_ms: *interval_ms,
                     identity,
                     last_head: Mutex::new(None),
-                }))
+                })))
             }
         }
     }
@@ -89,9 +89,12 @@ impl Source {
             Source::Files(path) => {
                 let expanded = files::expand_paths(std::slice::from_ref(path))
                     .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                let (manifests, diagnostics) = files::load_files(&expanded)
-                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                Ok((desired_from(&manifests, diagnostics, &path.display().to_string())?, String::new()))
+                let (manifests, diagnostics) =
+                    files::load_files(&expanded).map_err(|e| ServeError::Invalid(e.to_string()))?;
+                Ok((
+                    desired_from(&manifests, diagnostics, &path.display().to_string())?,
+                    String::new(),
+                ))
             }
             Source::Git(git) => {
                 let checkout = git.checkout.lock().expect("checkout lock");
@@ -231,7 +234,12 @@ pub fn desired_from(
         match &loaded.manifest {
             Manifest::Fleet(f) => {
                 for (i, cluster) in f.spec.clusters.iter().enumerate() {
-                    if cluster.endpoint.as_ref().and_then(|e| e.agent.as_ref()).is_none() {
+                    if cluster
+                        .endpoint
+                        .as_ref()
+                        .and_then(|e| e.agent.as_ref())
+                        .is_none()
+                    {
                         diagnostics.push(loaded.diagnostic(
                             Severity::Error,
                             "serve/no-agent",
@@ -265,7 +273,9 @@ pub fn desired_from(
         )));
     }
     if fleet_rollouts.is_empty() {
-        return Err(ServeError::Invalid(format!("{origin}: no FleetRollout to drive")));
+        return Err(ServeError::Invalid(format!(
+            "{origin}: no FleetRollout to drive"
+        )));
     }
     let mut desired = Vec::new();
     for fleet_rollout in fleet_rollouts {

@@ -337,7 +337,8 @@ impl BuiltinProvider {
         // A live measurement reads the window ending now; a past one (a backtest) its own; a
         // window cut by the run's start is read by its bounds.
         let query = if !live || not_before.is_some_and(|n| n > end_ms - window_s as Millis * 1000) {
-            let end = (end_ms / 1000).max(0) as u64 + 1;
+            // A live window includes the current second; a past one ends where it was asked to.
+            let end = (end_ms / 1000).max(0) as u64 + u64::from(live);
             WindowQuery {
                 start: Some((start_ms / 1000).max(0) as u64),
                 end: Some(end),

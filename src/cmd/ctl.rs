@@ -182,8 +182,7 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let command = |name: String, command: OperatorCommand| (name, command);
-        let mutation = match verb {
+        let (name, command) = match verb {
             Verb::Get(GetCommand::Fleet {
                 name,
                 watch,
@@ -227,19 +226,9 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                                 replicas.map_or("-".into(), |r| r.to_string())
                             );
                         }
-                        let tree = view::render(&flotilla_runtime::controller::record::FleetView {
-                            waves: vec![flotilla_runtime::controller::record::WaveView {
-                                index: 0,
-                                started_at: None,
-                                completed_at: None,
-                                clusters: vec![rollout.cluster.clone()],
-                            }],
-                            ..fleet
-                        });
-                        // Only the cluster's lines of the tree.
-                        for line in tree.lines().skip_while(|l| !l.starts_with("wave")).skip(1) {
-                            println!("{line}");
-                        }
+                        let mut lines = String::new();
+                        view::render_cluster(&mut lines, &rollout.cluster);
+                        print!("{lines}");
                     }
                 }
                 return Ok(ExitCode::SUCCESS);
@@ -333,25 +322,20 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                 println!("{}", client.sync().await?);
                 return Ok(ExitCode::SUCCESS);
             }
-            Verb::Promote { name, wave, full } => {
-                command(name, OperatorCommand::Promote { wave, full })
-            }
-            Verb::Abort { name, cluster } => command(name, OperatorCommand::Abort { cluster }),
-            Verb::Retry { name } => command(name, OperatorCommand::Retry),
-            Verb::Pause { name } => command(name, OperatorCommand::Pause),
-            Verb::Resume { name } => command(name, OperatorCommand::Resume),
-            Verb::Undo { name, to_revision } => {
-                command(name, OperatorCommand::Undo { to_revision })
-            }
+            Verb::Promote { name, wave, full } => (name, OperatorCommand::Promote { wave, full }),
+            Verb::Abort { name, cluster } => (name, OperatorCommand::Abort { cluster }),
+            Verb::Retry { name } => (name, OperatorCommand::Retry),
+            Verb::Pause { name } => (name, OperatorCommand::Pause),
+            Verb::Resume { name } => (name, OperatorCommand::Resume),
+            Verb::Undo { name, to_revision } => (name, OperatorCommand::Undo { to_revision }),
             Verb::Set(SetCommand::Image { name, image }) => {
                 let (container, image) = match image.split_once('=') {
                     Some((c, i)) => (Some(c.to_owned()), i.to_owned()),
                     None => (None, image),
                 };
-                command(name, OperatorCommand::SetImage { container, image })
+                (name, OperatorCommand::SetImage { container, image })
             }
         };
-        let (name, command) = mutation;
         let message = client.command(&name, &command).await?;
         println!("{message}");
         Ok(ExitCode::SUCCESS)

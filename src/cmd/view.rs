@@ -63,7 +63,8 @@ pub fn render(view: &FleetView) -> String {
     out
 }
 
-fn render_cluster(out: &mut String, c: &ClusterView) {
+/// One cluster's lines of the tree: status, step, weights, versions, failure, analysis runs.
+pub fn render_cluster(out: &mut String, c: &ClusterView) {
     let weight = c.weights.map_or_else(
         || "-".to_owned(),
         |(canary, stable)| format!("{canary}/{stable}"),

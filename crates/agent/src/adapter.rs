@@ -279,12 +279,13 @@ impl TrafficRouter for AgentCluster {
 }
 
 /// The `builtin` metric provider: the agent's own traffic statistics for one subset over a
-/// window ending at the measurement. With fewer than `minRequests` requests in the window the
-/// result is nil (no evidence), never a misleading number. Latency is in seconds.
+/// window ending at the measurement, never reaching before the run's start (a subset's earlier
+/// traffic may be another version's; the agent's 10-second buckets bound what can still leak
+/// in). With fewer than `minRequests` requests in the window the result is nil (no evidence),
+/// never a misleading number. Latency is in seconds.
 #[derive(Debug, Clone)]
 pub struct BuiltinProvider {
     client: AgentClient,
-    now: fn() -> Millis,
 }
 
 fn wall_clock() -> Millis {
@@ -296,28 +297,12 @@ fn wall_clock() -> Millis {
 impl BuiltinProvider {
     /// Reads the agent at `client`.
     pub fn new(client: AgentClient) -> BuiltinProvider {
-        BuiltinProvider {
-            client,
-            now: wall_clock,
-        }
+        BuiltinProvider { client }
     }
 }
 
 impl Measurer for BuiltinProvider {
     async fn measure(&self, request: &MeasureRequest) -> Outcome {
-        self.measure_since(request, None).await
-    }
-}
-
-impl BuiltinProvider {
-    /// [`Measurer::measure`], reading nothing before `not_before` (the start of the analysis
-    /// run): a subset's traffic before it is another version's (a previous canary), which must
-    /// never judge this one. The agent's 10-second buckets bound what can still leak in.
-    pub async fn measure_since(
-        &self,
-        request: &MeasureRequest,
-        not_before: Option<Millis>,
-    ) -> Outcome {
         let Some(builtin) = &request.provider.builtin else {
             return Outcome::Error(format!(
                 "metric {:?} is not a builtin metric",
@@ -330,7 +315,8 @@ impl BuiltinProvider {
             TrafficSubset::Stable => STABLE,
         };
         let window_s = (window_ms / 1000).max(1);
-        let now = (self.now)();
+        let not_before = request.not_before;
+        let now = wall_clock();
         let live = now - request.at <= 15_000;
         let end_ms = if live { now } else { request.at };
         let start_ms = (end_ms - window_s as Millis * 1000).max(not_before.unwrap_or(Millis::MIN));

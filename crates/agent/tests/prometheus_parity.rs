@@ -153,6 +153,7 @@ fn measure_request(provider: serde_json::Value, at_seconds: u64) -> MeasureReque
         provider: Arc::new(serde_json::from_value::<MetricProvider>(provider).unwrap()),
         at: (at_seconds * 1000) as i64,
         window: None,
+        not_before: None,
     }
 }
 

@@ -397,6 +397,7 @@ pub async fn backtest<M: Measurer>(
                 provider: metric.provider.clone(),
                 at,
                 window: None,
+                not_before: None,
             };
             let outcome = measurer.measure(&request).await;
             let (phase, value, message) = match outcome {

@@ -25,6 +25,9 @@ pub struct MeasureRequest {
     pub at: Millis,
     /// A window ending at `at`, for providers that answer series (None: an instant query).
     pub window: Option<u64>,
+    /// When the run started: traffic before it may be another version's (a previous canary
+    /// in the same subset) and is not this run's to judge (None: no bound, e.g. a backtest).
+    pub not_before: Option<Millis>,
 }
 
 /// What a provider answered.

@@ -275,6 +275,7 @@ impl Run {
                     provider: metric.provider.clone(),
                     at: now,
                     window: None,
+                    not_before: Some(self.started_at),
                 });
             }
         }

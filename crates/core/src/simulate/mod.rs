@@ -264,7 +264,9 @@ pub fn run_observed(
                         statistic,
                         quantile,
                         subset == TrafficSubset::Canary,
-                        now - window as Millis,
+                        // Never before the run started: earlier canary traffic may be another
+                        // version's (as the agent-backed provider reads it).
+                        (now - window as Millis).max(m.request.not_before.unwrap_or(Millis::MIN)),
                         now,
                         min_requests,
                     );

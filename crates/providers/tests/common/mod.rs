@@ -128,6 +128,7 @@ pub fn request(provider: serde_json::Value) -> MeasureRequest {
         provider: std::sync::Arc::new(serde_json::from_value::<MetricProvider>(provider).unwrap()),
         at: now_ms(),
         window: None,
+        not_before: None,
     }
 }
 

@@ -96,39 +96,20 @@ impl ApiClient {
         self.get(&format!("/v1/fleets/{name}/history")).await
     }
 
-    /// `POST /v1/sync`: read the Git source now.
-    pub async fn sync(&self) -> Result<String, ApiClientError> {
-        let url = format!("{}/v1/sync", self.base);
-        let mut request = self.http.post(&url);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| ApiClientError::Transport {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
-        let answer: serde_json::Value = decode(url, response).await?;
-        Ok(answer["message"]
-            .as_str()
-            .unwrap_or("sync requested")
-            .to_owned())
-    }
-
-    /// `POST /v1/fleets/{name}/commands`: the daemon's acceptance message.
-    pub async fn command(
+    /// A mutating call: the body (if any), the token and the operator; the daemon's message.
+    async fn post(
         &self,
-        name: &str,
-        command: &OperatorCommand,
+        path: &str,
+        body: Option<&OperatorCommand>,
     ) -> Result<String, ApiClientError> {
-        let url = format!("{}/v1/fleets/{name}/commands", self.base);
+        let url = format!("{}{path}", self.base);
         let mut request = self
             .http
             .post(&url)
-            .json(command)
             .header("x-flotilla-operator", &self.operator);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -141,6 +122,21 @@ impl ApiClient {
             })?;
         let answer: serde_json::Value = decode(url, response).await?;
         Ok(answer["message"].as_str().unwrap_or("accepted").to_owned())
+    }
+
+    /// `POST /v1/sync`: read the Git source now.
+    pub async fn sync(&self) -> Result<String, ApiClientError> {
+        self.post("/v1/sync", None).await
+    }
+
+    /// `POST /v1/fleets/{name}/commands`: the daemon's acceptance message.
+    pub async fn command(
+        &self,
+        name: &str,
+        command: &OperatorCommand,
+    ) -> Result<String, ApiClientError> {
+        self.post(&format!("/v1/fleets/{name}/commands"), Some(command))
+            .await
     }
 }
 

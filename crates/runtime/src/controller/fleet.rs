@@ -170,12 +170,15 @@ impl FleetController {
             let state = resumed.then(|| record.state.clone());
             FleetMachine::new(plan.clone(), &revisions, state)
         };
+        // Every spec the record knows: a baseline the machine may name, a version an agent runs.
+        let mut versions = BTreeMap::new();
         for spec in record
             .history
             .iter()
             .chain([&record.previous, &record.next])
         {
             machine.remember(spec);
+            versions.insert(template_hash(spec), image_version(&first_image(spec)));
         }
         // Clusters added to or removed from the plan since the record was written.
         machine
@@ -194,7 +197,6 @@ impl FleetController {
         if let Some(wave_run) = machine.state.wave_run.as_mut() {
             wave_run.run.abandon_in_flight();
         }
-        let mut versions = BTreeMap::new();
         let mut controller_clusters = BTreeMap::new();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
         for cluster in &desired.fleet.spec.clusters {
@@ -215,33 +217,24 @@ impl FleetController {
                 spawn_cluster(cluster.name.clone(), adapter, client, tick),
             );
         }
+        let changed = source_hash != record.source_hash;
+        record.source_hash = source_hash;
+        record.state = machine.state.clone();
         let mut controller = FleetController {
-            record: FleetRecord {
-                state: machine.state.clone(),
-                ..record.clone()
-            },
+            record,
             machine,
             clusters: controller_clusters,
             providers,
-            versions: BTreeMap::new(),
+            versions,
             outcomes_tx,
             outcomes_rx,
             measure_limit: Arc::new(Semaphore::new(64)),
             stale_after: (tick * 3).max(Duration::from_secs(3)),
             observed: BTreeMap::new(),
         };
-        for spec in record
-            .history
-            .iter()
-            .chain([&record.previous, &record.next])
-        {
-            versions.insert(template_hash(spec), image_version(&first_image(spec)));
-        }
-        controller.versions = versions;
-        if source_hash != record.source_hash {
-            record.source_hash = source_hash;
-            controller.record.source_hash = record.source_hash.clone();
+        if changed {
             controller.change_spec(desired.rollout.clone());
+            controller.record.state = controller.machine.state.clone();
         }
         if resumed {
             controller.reassert();
@@ -271,14 +264,7 @@ impl FleetController {
                 next: &next,
             },
         );
-        if !self
-            .record
-            .history
-            .iter()
-            .any(|h| template_hash(h) == template_hash(&old_previous))
-        {
-            self.record.history.push(old_previous);
-        }
+        self.keep_in_history(old_previous);
         self.versions
             .insert(template_hash(&next), image_version(&first_image(&next)));
         self.machine.remember(&next);
@@ -308,14 +294,7 @@ impl FleetController {
             let spec = desired.rollout.clone();
             let rejections = state.rejections.clone();
             let old_next = std::mem::replace(&mut self.record.next, spec.clone());
-            if !self
-                .record
-                .history
-                .iter()
-                .any(|h| template_hash(h) == template_hash(&old_next))
-            {
-                self.record.history.push(old_next);
-            }
+            self.keep_in_history(old_next);
             let plan = self.machine.plan.clone();
             self.machine = FleetMachine::new(
                 plan,
@@ -399,6 +378,14 @@ impl FleetController {
             message,
             proposal_branch: format!("flotilla/rollback-{}-{}", self.record.name, state.revision),
         })
+    }
+
+    /// Adds a spec to the revision history (what `undo` returns to), once per pod template.
+    fn keep_in_history(&mut self, spec: Rollout) {
+        let hash = template_hash(&spec);
+        if !self.record.history.iter().any(|h| template_hash(h) == hash) {
+            self.record.history.push(spec);
+        }
     }
 
     /// After a restart: every cluster's last intent again (all idempotent), since the process
@@ -574,20 +561,6 @@ impl FleetController {
             if handle.is_none() && !wave {
                 continue;
             }
-            let not_before = if wave {
-                self.machine
-                    .state
-                    .wave_run
-                    .as_ref()
-                    .map(|w| w.run.started_at)
-            } else {
-                self.machine
-                    .state
-                    .clusters
-                    .get(&measurement.cluster)
-                    .and_then(|c| c.runs.get(&measurement.run))
-                    .map(|run| run.started_at)
-            };
             let builtin = handle.map(|h| h.builtin.clone());
             let providers = self.providers.clone();
             let tx = self.outcomes_tx.clone();
@@ -598,7 +571,7 @@ impl FleetController {
                 let measure = async {
                     if request.provider.builtin.is_some() {
                         match &builtin {
-                            Some(builtin) => builtin.measure_since(request, not_before).await,
+                            Some(builtin) => builtin.measure(request).await,
                             None => Outcome::Error(
                                 "a wave analysis cannot use builtin metrics in `flotilla serve` (they read one cluster's agent); use a prometheus or web metric".into(),
                             ),

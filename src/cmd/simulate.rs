@@ -20,6 +20,10 @@ pub struct SimulateArgs {
     /// Repeat over this many consecutive seeds and report aggregates.
     #[arg(long)]
     runs: Option<u64>,
+    /// Compare judges: AnalysisTemplates of the file, each in turn standing in for the
+    /// Rollout's background analysis, scored against the scenario's truth over `--runs` seeds.
+    #[arg(long, value_delimiter = ',', value_name = "TEMPLATE,...")]
+    judges: Vec<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -59,6 +63,56 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut stdout = std::io::stdout().lock();
+    if !args.judges.is_empty() {
+        let runs = args.runs.unwrap_or(10);
+        let reports = match simulate::compare_judges(&inputs, &args.judges, args.seed, runs) {
+            Ok(r) => r,
+            Err(error) => {
+                eprintln!("flotilla simulate: {}: {error}", args.scenario.display());
+                return Ok(ExitCode::from(2));
+            }
+        };
+        match args.output {
+            Output::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&reports)?)?,
+            Output::Text => {
+                writeln!(
+                    stdout,
+                    "{runs} runs from seed {} per judge; bounds are exact 95% (Clopper-Pearson)",
+                    args.seed
+                )?;
+                writeln!(
+                    stdout,
+                    "{:<12} {:>8} {:>16} {:>10} {:>9} {:>14} {:>12} {:>12} {:>12}",
+                    "judge",
+                    "healthy",
+                    "false rollbacks",
+                    "FP upper",
+                    "regressed",
+                    "detected",
+                    "power lower",
+                    "detect (s)",
+                    "bad req/run"
+                )?;
+                for r in &reports {
+                    writeln!(
+                        stdout,
+                        "{:<12} {:>8} {:>16} {:>10.4} {:>9} {:>14} {:>12.4} {:>12} {:>12.0}",
+                        r.judge,
+                        r.healthy,
+                        format!("{} ({} undecided)", r.false_rollbacks, r.healthy_undecided),
+                        r.false_rollback_upper,
+                        r.regressed,
+                        r.detected,
+                        r.power_lower,
+                        r.mean_detection_seconds
+                            .map_or_else(|| "-".to_owned(), |s| format!("{s:.0}")),
+                        r.mean_bad_requests
+                    )?;
+                }
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(runs) = args.runs {
         let aggregate = match simulate::run_many(&inputs, args.seed, runs) {
             Ok(a) => a,

@@ -28,6 +28,7 @@ use crate::client::{AgentClient, ClientError};
 use crate::config::{CANARY, STABLE};
 use crate::control::WindowQuery;
 use crate::router::{HeaderMatch, MirrorSpec, RouteSpec};
+use crate::stats::Window;
 
 /// Which version each revision runs, and which revision is stable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -301,6 +302,21 @@ impl BuiltinProvider {
     }
 }
 
+/// One statistic of a window, or None when the window has no value for it.
+fn statistic_of(window: &Window, statistic: BuiltinStatistic) -> Option<f64> {
+    match statistic {
+        BuiltinStatistic::ErrorRate => window.error_rate,
+        BuiltinStatistic::RequestRate => Some(window.request_rate),
+        BuiltinStatistic::Requests => Some(window.requests as f64),
+        BuiltinStatistic::Errors => Some(window.errors as f64),
+        BuiltinStatistic::Latency => window
+            .quantile
+            .as_ref()
+            .and_then(|q| q.ms)
+            .map(|ms| ms / 1000.0),
+    }
+}
+
 impl Measurer for BuiltinProvider {
     async fn measure(&self, request: &MeasureRequest) -> Outcome {
         let Some(builtin) = &request.provider.builtin else {
@@ -314,21 +330,28 @@ impl Measurer for BuiltinProvider {
             TrafficSubset::Canary => CANARY,
             TrafficSubset::Stable => STABLE,
         };
+        let window_ms = request.window.unwrap_or(window_ms);
         let window_s = (window_ms / 1000).max(1);
         let not_before = request.not_before;
         let now = wall_clock();
         let live = now - request.at <= 15_000;
         let end_ms = if live { now } else { request.at };
         let start_ms = (end_ms - window_s as Millis * 1000).max(not_before.unwrap_or(Millis::MIN));
-        // A live measurement reads the window ending now; a past one (a backtest) its own; a
-        // window cut by the run's start is read by its bounds.
-        let query = if !live || not_before.is_some_and(|n| n > end_ms - window_s as Millis * 1000) {
+        // A live measurement reads the window ending now; a past one (a backtest, a reference)
+        // its own; a window cut by the run's start, or a series, is read by its bounds.
+        let bounded = !live
+            || request.step.is_some()
+            || not_before.is_some_and(|n| n > end_ms - window_s as Millis * 1000);
+        let query = if bounded {
             // A live window includes the current second; a past one ends where it was asked to.
             let end = (end_ms / 1000).max(0) as u64 + u64::from(live);
             WindowQuery {
-                start: Some((start_ms / 1000).max(0) as u64),
+                start: Some(((start_ms / 1000).max(0) as u64).min(end.saturating_sub(1))),
                 end: Some(end),
                 quantile: Some(quantile),
+                step: request
+                    .step
+                    .map(|ms| format!("{}s", (ms / 1000).max(crate::stats::BUCKET_SECONDS))),
                 ..WindowQuery::default()
             }
         } else {
@@ -338,14 +361,48 @@ impl Measurer for BuiltinProvider {
                 ..WindowQuery::default()
             }
         };
+        let mut metadata = BTreeMap::new();
+        metadata.insert("subset".to_owned(), subset.to_owned());
+        if request.step.is_some() {
+            let windows = match self.client.series(subset, &query).await {
+                Ok(w) => w,
+                Err(e) => return Outcome::Error(e.to_string()),
+            };
+            let requests: u64 = windows.iter().map(|w| w.requests).sum();
+            metadata.insert("requests".to_owned(), requests.to_string());
+            if let (Some(first), Some(last)) = (windows.first(), windows.last()) {
+                metadata.insert(
+                    "window".to_owned(),
+                    format!("{}..{}", first.start, last.end),
+                );
+            }
+            if requests < min_requests {
+                metadata.insert(
+                    "reason".to_owned(),
+                    format!(
+                        "{requests} requests in the window, fewer than minRequests {min_requests}"
+                    ),
+                );
+                return Outcome::Value {
+                    result: MetricResult::Nil,
+                    metadata,
+                };
+            }
+            let points = windows
+                .iter()
+                .map(|w| statistic_of(w, statistic).unwrap_or(f64::NAN))
+                .collect();
+            return Outcome::Value {
+                result: MetricResult::Vector(points),
+                metadata,
+            };
+        }
         let window = match self.client.stats(subset, &query).await {
             Ok(w) => w,
             Err(e) => return Outcome::Error(e.to_string()),
         };
-        let mut metadata = BTreeMap::new();
         metadata.insert("requests".to_owned(), window.requests.to_string());
         metadata.insert("errors".to_owned(), window.errors.to_string());
-        metadata.insert("subset".to_owned(), subset.to_owned());
         metadata.insert(
             "window".to_owned(),
             format!("{}..{}", window.start, window.end),
@@ -363,17 +420,9 @@ impl Measurer for BuiltinProvider {
                 metadata,
             };
         }
-        let value = match statistic {
-            BuiltinStatistic::ErrorRate => window.error_rate,
-            BuiltinStatistic::RequestRate => Some(window.request_rate),
-            BuiltinStatistic::Latency => window
-                .quantile
-                .as_ref()
-                .and_then(|q| q.ms)
-                .map(|ms| ms / 1000.0),
-        };
         Outcome::Value {
-            result: value.map_or(MetricResult::Nil, |v| MetricResult::Vector(vec![v])),
+            result: statistic_of(&window, statistic)
+                .map_or(MetricResult::Nil, |v| MetricResult::Vector(vec![v])),
             metadata,
         }
     }

@@ -273,6 +273,21 @@ impl AgentClient {
         .await
     }
 
+    /// `GET /v1/subsets/{subset}/series`: traffic over consecutive windows of `step`.
+    pub async fn series(
+        &self,
+        subset: &str,
+        window: &WindowQuery,
+    ) -> Result<Vec<Window>, ClientError> {
+        self.call::<(), _>(
+            Method::GET,
+            &format!("/v1/subsets/{}/series", encode(subset)),
+            Some(window),
+            None,
+        )
+        .await
+    }
+
     /// `POST /v1/config/reload`: reads the configuration file again.
     pub async fn reload_config(&self) -> Result<(), ClientError> {
         self.call_text::<()>(Method::POST, "/v1/config/reload", None, None)
@@ -304,6 +319,9 @@ fn query_string(q: &WindowQuery) -> String {
     }
     if let Some(v) = q.quantile {
         pairs.push(format!("quantile={v}"));
+    }
+    if let Some(step) = &q.step {
+        pairs.push(format!("step={}", encode(step)));
     }
     if pairs.is_empty() {
         String::new()

@@ -185,6 +185,10 @@ pub struct WindowQuery {
     /// A latency quantile to report, 0..=1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantile: Option<f64>,
+    /// `GET /v1/subsets/{subset}/series` only: the length of each window of the series (at
+    /// least 10s, the bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
 }
 
 fn duration_secs(text: &str, what: &str) -> Result<u64, ApiError> {
@@ -254,6 +258,7 @@ fn routes(shared: Arc<Shared>) -> Routes {
         .route("/v1/subsets/{subset}", get(subset))
         .route("/v1/subsets/{subset}/scale", put(scale))
         .route("/v1/subsets/{subset}/stats", get(stats))
+        .route("/v1/subsets/{subset}/series", get(series))
         .route("/v1/config/reload", post(reload))
         .fallback(|| async { ApiError::not_found("no such endpoint; see docs/agent.md") })
         .method_not_allowed_fallback(|| async {
@@ -425,12 +430,13 @@ async fn scale(
     ))
 }
 
-async fn stats(
-    State(shared): AppState,
-    Path(subset): Path<String>,
+/// The subset's statistics and the window a stats or series query asks for.
+fn window_of(
+    shared: &Shared,
+    subset: &str,
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Window>, ApiError> {
-    check_subset(&shared, &subset)?;
+) -> Result<(Arc<crate::stats::SubsetStats>, WindowQuery, u64, u64), ApiError> {
+    check_subset(shared, subset)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if let Some(q) = query.quantile
         && !(0.0..=1.0).contains(&q)
@@ -449,9 +455,57 @@ async fn stats(
     let (start, end) = query.resolve(now)?;
     let stats = shared
         .stats
-        .get(&subset)
+        .get(subset)
         .ok_or_else(|| ApiError::bad_request(format!("unknown subset {subset:?}")))?;
+    Ok((stats, query, start, end))
+}
+
+async fn stats(
+    State(shared): AppState,
+    Path(subset): Path<String>,
+    query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Window>, ApiError> {
+    let (stats, query, start, end) = window_of(&shared, &subset, query)?;
+    if query.step.is_some() {
+        return Err(ApiError::bad_request(
+            "step is a parameter of /v1/subsets/{subset}/series",
+        ));
+    }
     Ok(Json(stats.window(&subset, start, end, query.quantile)))
+}
+
+/// Most windows one series answers.
+const MAX_SERIES_POINTS: u64 = 2_000;
+
+async fn series(
+    State(shared): AppState,
+    Path(subset): Path<String>,
+    query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<Window>>, ApiError> {
+    let (stats, query, start, end) = window_of(&shared, &subset, query)?;
+    let step = match &query.step {
+        Some(step) => duration_secs(step, "step")?,
+        None => return Err(ApiError::bad_request("a series needs a step")),
+    };
+    if step < crate::stats::BUCKET_SECONDS {
+        return Err(ApiError::bad_request(format!(
+            "step must be at least {}s (the bucket)",
+            crate::stats::BUCKET_SECONDS
+        )));
+    }
+    if (end - start).div_ceil(step) > MAX_SERIES_POINTS {
+        return Err(ApiError::bad_request(format!(
+            "a series has at most {MAX_SERIES_POINTS} points; use a longer step"
+        )));
+    }
+    let mut windows = Vec::new();
+    let mut from = start;
+    while from < end {
+        let to = (from + step).min(end);
+        windows.push(stats.window(&subset, from, to, query.quantile));
+        from = to;
+    }
+    Ok(Json(windows))
 }
 
 async fn reload(State(shared): AppState) -> Result<Json<BTreeMap<String, String>>, ApiError> {

@@ -154,6 +154,9 @@ fn measure_request(provider: serde_json::Value, at_seconds: u64) -> MeasureReque
         at: (at_seconds * 1000) as i64,
         window: None,
         not_before: None,
+        step: None,
+        baseline: None,
+        last: false,
     }
 }
 

@@ -70,7 +70,12 @@ async fn run(
     };
     let headers = http::header_map(&metric.headers)?;
     let basic_auth = http::basic_auth(metric.authentication.as_ref(), "prometheus")?;
-    let plan = plan(metric.range_query.as_ref(), request.at, request.window)?;
+    let own_step = metric
+        .range_query
+        .as_ref()
+        .is_some_and(|r| r.step.is_some());
+    let plan = plan(metric.range_query.as_ref(), request.at, request.window)?
+        .with_step(request.step.filter(|_| !own_step));
 
     let url = endpoint(&base, query, &plan);
     let shown = http::shown_endpoint(&url);
@@ -161,6 +166,21 @@ fn endpoint(base: &Url, query: &str, plan: &Plan) -> Url {
 /// Milliseconds since the epoch as Prometheus' fractional seconds (`1796204726.193`).
 fn seconds(ms: Millis) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
+}
+
+impl Plan {
+    /// A range query at the resolution a comparison asks for (a template's own
+    /// `rangeQuery.step` wins).
+    fn with_step(self, step: Option<u64>) -> Plan {
+        match (self, step) {
+            (Plan::Range { start, end, .. }, Some(step_ms)) => Plan::Range {
+                start,
+                end,
+                step_ms: step_ms.max(MIN_STEP_MS),
+            },
+            (plan, _) => plan,
+        }
+    }
 }
 
 /// Chooses the query: `rangeQuery` wins, then the request's window, else an instant query.

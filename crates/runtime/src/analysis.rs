@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use flotilla_core::analysis::plan::{ArgValue, PlanError, RunPlan, resolve};
 use flotilla_core::analysis::run::Run;
-use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome, measurement_verdict};
+use flotilla_core::analysis::{
+    MeasureRequest, Measurer, Millis, Outcome, measurement_verdict_with,
+};
 use flotilla_core::diagnostic::Severity;
 use flotilla_core::lint::{self, Options};
 use flotilla_core::spec::Manifest;
@@ -360,7 +362,7 @@ where
 }
 
 async fn measure_owned<M: Measurer>(measurer: &M, request: MeasureRequest) -> Outcome {
-    measurer.measure(&request).await
+    flotilla_core::analysis::compare::measure(measurer, &request).await
 }
 
 /// One evaluation of a backtest: a metric at a past instant.
@@ -398,17 +400,24 @@ pub async fn backtest<M: Measurer>(
                 at,
                 window: None,
                 not_before: None,
+                step: None,
+                baseline: metric.baseline.clone(),
+                last: false,
             };
-            let outcome = measurer.measure(&request).await;
+            let outcome = flotilla_core::analysis::compare::measure(measurer, &request).await;
             let (phase, value, message) = match outcome {
-                Outcome::Value { result, .. } => {
-                    let (phase, error) = measurement_verdict(
+                Outcome::Value { result, metadata } => {
+                    let baseline = flotilla_core::analysis::compare::baseline_variables(&metadata);
+                    let (phase, error) = measurement_verdict_with(
                         metric.success.as_ref(),
                         metric.failure.as_ref(),
                         &result,
+                        metric.baseline.is_some().then_some(&baseline),
                     );
                     (phase, result.to_argo_string(), error.unwrap_or_default())
                 }
+                // Too little evidence at that instant: no verdict.
+                Outcome::Deferred(reason) => (AnalysisPhase::Running, String::new(), reason),
                 Outcome::Decided {
                     phase,
                     value,

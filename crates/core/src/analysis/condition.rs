@@ -25,7 +25,7 @@ const EVAL_STACK_BYTES: usize = 8 * 1024 * 1024;
 const EVAL_RED_ZONE_BYTES: usize = 6 * 1024 * 1024;
 
 /// The variables a condition may read.
-const VARIABLES: &[&str] = &["result"];
+const VARIABLES: &[&str] = &["result", "baseline"];
 
 /// Argo's helpers, registered on top of expr's builtins.
 const ARGO_FUNCTIONS: &[&str] = &["asInt", "asFloat", "isNaN", "isInf", "isNil", "default"];
@@ -395,7 +395,7 @@ fn check_shape(source: &str) -> Result<(), ConditionError> {
                 }
             } else if !VARIABLES.contains(&word) {
                 return Err(ConditionError(format!(
-                    "unknown variable: {word} (a condition can read `result`)"
+                    "unknown variable: {word} (a condition can read `result`, and `baseline` when the metric is calibrated)"
                 )));
             }
             continue;
@@ -432,6 +432,22 @@ impl Condition {
 
     /// Evaluates the condition against a metric result; a non-boolean result is an error.
     pub fn evaluate(&self, result: &MetricResult) -> Result<bool, ConditionError> {
+        self.evaluate_with(result, None)
+    }
+
+    /// Whether the condition reads the `baseline` variable.
+    pub fn reads_baseline(&self) -> bool {
+        self.source
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .any(|word| word == "baseline" || word.starts_with("baseline."))
+    }
+
+    /// [`Condition::evaluate`] with a calibrated metric's `baseline` (a map of numbers).
+    pub fn evaluate_with(
+        &self,
+        result: &MetricResult,
+        baseline: Option<&std::collections::BTreeMap<String, f64>>,
+    ) -> Result<bool, ConditionError> {
         thread_local! {
             // One context per thread, reused: building a fresh one costs more than the evaluation.
             static CONTEXT: std::cell::RefCell<Context> = std::cell::RefCell::new(Context::default());
@@ -439,6 +455,16 @@ impl Condition {
         let value = CONTEXT.with(|context| {
             let mut context = context.borrow_mut();
             context.insert("result", result.to_expr());
+            match baseline {
+                Some(map) => {
+                    let object: serde_json::Map<String, serde_json::Value> = map
+                        .iter()
+                        .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                        .collect();
+                    context.insert("baseline", json_to_expr(&serde_json::Value::Object(object)));
+                }
+                None => context.insert("baseline", Value::Nil),
+            }
             with_big_stack(|| environment().run(&self.program, &*context))
         });
         let value = value.map_err(|e| {

@@ -1,6 +1,8 @@
-//! Analysis: how a metric's result becomes a verdict. Today: conditions (expr-lang with Argo's
-//! helpers) and the measurement rule. The AnalysisRun state machine will live here too.
+//! Analysis: how a metric's result becomes a verdict: conditions (expr-lang with Argo's helpers),
+//! the measurement rule, run plans, the AnalysisRun state machine, and the composite (comparison,
+//! sequential, calibrated) measurements of Flotilla's per-cluster judgement.
 
+pub mod compare;
 pub mod condition;
 pub mod plan;
 pub mod provider;
@@ -30,11 +32,27 @@ pub fn measurement_verdict(
     failure: Option<&Condition>,
     result: &MetricResult,
 ) -> (AnalysisPhase, Option<String>) {
-    let success = match success.map(|c| c.evaluate(result)).transpose() {
+    measurement_verdict_with(success, failure, result, None)
+}
+
+/// [`measurement_verdict`] for a calibrated metric: its conditions also read `baseline`.
+pub fn measurement_verdict_with(
+    success: Option<&Condition>,
+    failure: Option<&Condition>,
+    result: &MetricResult,
+    baseline: Option<&std::collections::BTreeMap<String, f64>>,
+) -> (AnalysisPhase, Option<String>) {
+    let success = match success
+        .map(|c| c.evaluate_with(result, baseline))
+        .transpose()
+    {
         Ok(v) => v,
         Err(e) => return (AnalysisPhase::Error, Some(e.to_string())),
     };
-    let failure = match failure.map(|c| c.evaluate(result)).transpose() {
+    let failure = match failure
+        .map(|c| c.evaluate_with(result, baseline))
+        .transpose()
+    {
         Ok(v) => v,
         Err(e) => return (AnalysisPhase::Error, Some(e.to_string())),
     };

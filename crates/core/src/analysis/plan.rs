@@ -92,6 +92,8 @@ pub struct MetricPlan {
     pub dry_run: bool,
     /// How many measurements to keep.
     pub retention: usize,
+    /// Flotilla extension: the per-cluster reference its conditions read as `baseline`.
+    pub baseline: Option<crate::spec::analysis::Calibration>,
 }
 
 impl MetricPlan {
@@ -313,26 +315,33 @@ pub fn resolve(
             reason: e.to_string(),
         })?;
         // One template serves every cluster: a Prometheus address is the cluster's metrics
-        // endpoint unless the template places `{{args.metrics-address}}` itself.
-        if let (Some(address), Some(cluster_address)) = (
-            value.pointer_mut("/provider/prometheus/address"),
-            args.get(METRICS_ADDRESS_ARG),
-        ) {
-            if !address
-                .as_str()
-                .is_some_and(|a| a.contains("{{args.metrics-address}}"))
+        // endpoint unless the template places `{{args.metrics-address}}` itself (also inside a
+        // comparison's two series).
+        for at in [
+            "/provider",
+            "/provider/compare/canary",
+            "/provider/compare/baseline",
+        ] {
+            if let (Some(address), Some(cluster_address)) = (
+                value.pointer_mut(&format!("{at}/prometheus/address")),
+                args.get(METRICS_ADDRESS_ARG),
+            ) {
+                if !address
+                    .as_str()
+                    .is_some_and(|a| a.contains("{{args.metrics-address}}"))
+                {
+                    *address = Value::String(cluster_address.value.clone());
+                }
+            } else if let (Some(prometheus), Some(cluster_address)) = (
+                value.pointer_mut(&format!("{at}/prometheus")),
+                args.get(METRICS_ADDRESS_ARG),
+            ) && let Value::Object(prometheus) = prometheus
             {
-                *address = Value::String(cluster_address.value.clone());
+                prometheus.insert(
+                    "address".into(),
+                    Value::String(cluster_address.value.clone()),
+                );
             }
-        } else if let (Some(prometheus), Some(cluster_address)) = (
-            value.pointer_mut("/provider/prometheus"),
-            args.get(METRICS_ADDRESS_ARG),
-        ) && let Value::Object(prometheus) = prometheus
-        {
-            prometheus.insert(
-                "address".into(),
-                Value::String(cluster_address.value.clone()),
-            );
         }
         substitute(&mut value, &args)?;
         let resolved: Metric =
@@ -350,6 +359,15 @@ pub fn resolve(
                 } else {
                     format!("multiple providers are set: {}", kinds.join(", "))
                 },
+            });
+        }
+        if let Some((field, reason)) = super::compare::problems(&resolved.provider)
+            .into_iter()
+            .next()
+        {
+            return Err(PlanError::InvalidMetric {
+                metric: name,
+                reason: format!("provider.{field}: {reason}"),
             });
         }
         let failure_limit_default =
@@ -393,11 +411,12 @@ pub fn resolve(
             on_inconclusive: resolved.on_inconclusive.unwrap_or_default(),
             success: compile(&name, "successCondition", &resolved.success_condition)?,
             failure: compile(&name, "failureCondition", &resolved.failure_condition)?,
+            baseline: resolved.baseline.clone(),
             provider: std::sync::Arc::new(resolved.provider),
             dry_run: matching_rule(&dry_run_rules, &name)?.is_some(),
             retention: matching_rule(&retention_rules, &name)?
                 .map_or(DEFAULT_MEASUREMENT_RETENTION, |r| r.1),
-            name,
+            name: name.clone(),
         };
         validate(&plan)?;
         metrics.push(plan);
@@ -430,6 +449,16 @@ fn validate(metric: &MetricPlan) -> Result<(), PlanError> {
             return invalid(format!(
                 "count must be >= inconclusiveLimit ({count} < {})",
                 metric.inconclusive_limit
+            ));
+        }
+    }
+    for (field, condition) in [
+        ("successCondition", &metric.success),
+        ("failureCondition", &metric.failure),
+    ] {
+        if metric.baseline.is_none() && condition.as_ref().is_some_and(|c| c.reads_baseline()) {
+            return invalid(format!(
+                "{field} reads `baseline`, but the metric sets no `baseline:` calibration"
             ));
         }
     }

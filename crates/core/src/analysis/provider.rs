@@ -28,6 +28,14 @@ pub struct MeasureRequest {
     /// When the run started: traffic before it may be another version's (a previous canary
     /// in the same subset) and is not this run's to judge (None: no bound, e.g. a backtest).
     pub not_before: Option<Millis>,
+    /// For providers that answer series: one point per step of this many milliseconds over the
+    /// window (None: one value for the whole window).
+    pub step: Option<u64>,
+    /// The metric's conditions read a per-cluster reference (a Flotilla `baseline:` block).
+    pub baseline: Option<crate::spec::analysis::Calibration>,
+    /// Whether this is the metric's last scheduled measurement (its count is reached after it):
+    /// a composite measurement then concludes instead of deferring.
+    pub last: bool,
 }
 
 /// What a provider answered.
@@ -53,6 +61,10 @@ pub enum Outcome {
     },
     /// The provider failed: unreachable, bad query, timeout. An Error measurement.
     Error(String),
+    /// Not enough evidence yet (a sequential test below its minimum sample, a comparison with
+    /// too few points): no measurement is recorded and the metric is asked again after its
+    /// interval. At the metric's last measurement it becomes Inconclusive with this reason.
+    Deferred(String),
     /// The measurement was cancelled because the run terminated.
     Terminated,
 }

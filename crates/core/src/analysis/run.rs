@@ -79,6 +79,13 @@ pub struct MetricState {
     pub consecutive_failure: u32,
     /// Successful measurements whose result carried no evidence.
     pub successful_without_evidence: u32,
+    /// Polls that recorded no measurement because the evidence was still too thin (a Flotilla
+    /// composite metric deferring); they count toward `count`.
+    #[serde(default)]
+    pub deferred: u32,
+    /// Why the last poll recorded nothing (cleared by the next measurement).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub waiting: String,
     /// When the last measurement finished, and with which phase (kept apart from
     /// `measurements`, which retention may empty).
     pub last_finished: Option<(Millis, AnalysisPhase)>,
@@ -217,7 +224,7 @@ impl Run {
             Some((finished_at, last_phase)) => {
                 if plan
                     .effective_count()
-                    .is_some_and(|count| i64::from(state.count) >= count)
+                    .is_some_and(|count| i64::from(state.count + state.deferred) >= count)
                 {
                     return None;
                 }
@@ -269,6 +276,7 @@ impl Run {
                     metadata: BTreeMap::new(),
                     evidence: false,
                 });
+                let polls = i64::from(state.count + state.deferred) + 1;
                 requests.push(MeasureRequest {
                     metric_index: index,
                     metric: metric.name.clone(),
@@ -276,6 +284,9 @@ impl Run {
                     at: now,
                     window: None,
                     not_before: Some(self.started_at),
+                    step: None,
+                    baseline: metric.baseline.clone(),
+                    last: metric.effective_count().is_some_and(|count| polls >= count),
                 });
             }
         }
@@ -325,10 +336,39 @@ impl Run {
         if !state.in_flight {
             return;
         }
+        let last = metric
+            .effective_count()
+            .is_some_and(|count| i64::from(state.count + state.deferred) + 1 >= count);
         let (phase, value, message, metadata, evidence) = match outcome {
+            Outcome::Deferred(reason) if !last => {
+                // Nothing recorded: the metric stays Running and is asked again after its
+                // interval.
+                state.measurements.pop_back();
+                state.in_flight = false;
+                state.deferred += 1;
+                state.waiting = reason;
+                state.last_finished = Some((now, AnalysisPhase::Running));
+                return;
+            }
+            Outcome::Deferred(reason) => (
+                AnalysisPhase::Inconclusive,
+                String::new(),
+                reason,
+                BTreeMap::new(),
+                false,
+            ),
             Outcome::Value { result, metadata } => {
-                let (phase, error) =
-                    measurement_verdict(metric.success.as_ref(), metric.failure.as_ref(), &result);
+                let (phase, error) = if metric.baseline.is_some() {
+                    let baseline = super::compare::baseline_variables(&metadata);
+                    super::measurement_verdict_with(
+                        metric.success.as_ref(),
+                        metric.failure.as_ref(),
+                        &result,
+                        Some(&baseline),
+                    )
+                } else {
+                    measurement_verdict(metric.success.as_ref(), metric.failure.as_ref(), &result)
+                };
                 let evidence = result.is_evidence();
                 (
                     phase,
@@ -416,6 +456,7 @@ impl Run {
             }
         }
         state.in_flight = false;
+        state.waiting.clear();
         state.last_finished = Some((now, phase));
         if let Some(last) = state.measurements.back_mut() {
             last.phase = phase;
@@ -626,7 +667,7 @@ fn assess_metric(metric: &MetricPlan, state: &MetricState, terminating: bool) ->
         return AnalysisPhase::Successful;
     }
     if let Some(count) = metric.effective_count()
-        && i64::from(state.count) >= count
+        && i64::from(state.count + state.deferred) >= count
     {
         let failure_applicable = metric.failure_applicable();
         let success_applicable = metric.consecutive_success_limit > 0;

@@ -168,13 +168,35 @@ pub(super) fn check_metrics(
                 format!("{path}.provider"),
                 "a metric needs exactly one provider; none is set",
             ),
-            1 if kinds[0] == "builtin" => sink.push(
-                loaded,
-                crate::diagnostic::Severity::Note,
-                "flotilla/extension",
-                format!("{path}.provider.builtin"),
-                "the builtin provider is a Flotilla extension (not Argo-compatible); it reads the synthetic traffic of `flotilla simulate`",
-            ),
+            1 if ["builtin", "compare", "sequential"].contains(&kinds[0]) => {
+                sink.push(
+                    loaded,
+                    crate::diagnostic::Severity::Note,
+                    "flotilla/extension",
+                    format!("{path}.provider.{}", kinds[0]),
+                    format!("the {} provider is a Flotilla extension (not Argo-compatible); it reads the agent's traffic statistics (or those `flotilla simulate` synthesises)", kinds[0]),
+                );
+                for (field, message) in crate::analysis::compare::problems(&metric.provider) {
+                    sink.error(
+                        loaded,
+                        "flotilla/composite-metric",
+                        format!("{path}.provider.{field}"),
+                        message,
+                    );
+                }
+                if let Some(compare) = &metric.provider.compare
+                    && compare.canary.builtin.as_ref().is_some_and(|b| {
+                        b.metric == crate::spec::analysis::BuiltinStatistic::ErrorRate
+                    })
+                {
+                    sink.warn(
+                        loaded,
+                        "flotilla/zero-inflated",
+                        format!("{path}.provider.compare.canary"),
+                        "error rates per step are mostly zeros (Kayenta's issue #426): a rank-sum comparison then sees ties, not a regression; use the `sequential` provider for error rates",
+                    );
+                }
+            }
             1 => {
                 if !EXECUTABLE_PROVIDERS.contains(&kinds[0]) {
                     sink.warn(
@@ -335,6 +357,18 @@ pub(super) fn check_metrics(
         {
             let Some(condition) = condition else { continue };
             match Condition::compile(&with_placeholders_filled(condition)) {
+                Ok(c) if c.reads_baseline() && metric.baseline.is_none() => sink.error(
+                    loaded,
+                    "flotilla/baseline",
+                    format!("{path}.{field}"),
+                    "the condition reads `baseline`, but the metric sets no `baseline:` calibration",
+                ),
+                Ok(_) if kinds.contains(&"compare") || kinds.contains(&"sequential") => sink.warn(
+                    loaded,
+                    "flotilla/composite-conditions",
+                    format!("{path}.{field}"),
+                    "a compare or sequential metric decides each measurement itself; this condition is never evaluated",
+                ),
                 Ok(c) => compiled[slot] = Some(c),
                 Err(error) => sink.error(
                     loaded,
@@ -346,7 +380,9 @@ pub(super) fn check_metrics(
         }
         let broken = (metric.success_condition.is_some() && compiled[0].is_none())
             || (metric.failure_condition.is_some() && compiled[1].is_none());
-        let measures_values = !kinds.contains(&"job") && !kinds.contains(&"kayenta");
+        let measures_values = !["job", "kayenta", "compare", "sequential"]
+            .iter()
+            .any(|k| kinds.contains(k));
         if !broken && measures_values {
             let no_evidence = [
                 ("no data (nil)", MetricResult::Nil),

@@ -1354,6 +1354,66 @@ fn cases() -> Vec<Case> {
             template_metric(&[("onInconclusive", "abort")]),
             template_metric(&[]),
         ),
+        case(
+            "flotilla/composite-metric",
+            E,
+            "spec.metrics[0].provider.compare.reference",
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{compare: {canary: {builtin: {metric: latency}}, reference: {offset: 24h, beforeStart: 30m}}}"),
+            ]),
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{compare: {canary: {builtin: {metric: latency}}, reference: {offset: 24h}}}"),
+            ]),
+        ),
+        case(
+            "flotilla/composite-metric",
+            E,
+            "spec.metrics[0].provider.sequential",
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{sequential: {alpha: 0.5, beta: 0.5}}"),
+            ]),
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{sequential: {alpha: 0.01}}"),
+            ]),
+        ),
+        case(
+            "flotilla/zero-inflated",
+            W,
+            "spec.metrics[0].provider.compare.canary",
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{compare: {canary: {builtin: {metric: error-rate}}}}"),
+            ]),
+            template_metric(&[
+                ("successCondition", DROP),
+                ("provider", "{sequential: {}}"),
+            ]),
+        ),
+        case(
+            "flotilla/composite-conditions",
+            W,
+            "spec.metrics[0].successCondition",
+            template_metric(&[("provider", "{sequential: {}}")]),
+            template_metric(&[("successCondition", DROP), ("provider", "{sequential: {}}")]),
+        ),
+        case(
+            "flotilla/baseline",
+            E,
+            "spec.metrics[0].successCondition",
+            template_metric(&[
+                ("successCondition", "'len(result) > 0 && result[0] <= baseline.p95 * 1.2'"),
+                ("provider", "{builtin: {metric: latency}}"),
+            ]),
+            template_metric(&[
+                ("successCondition", "'len(result) > 0 && result[0] <= baseline.p95 * 1.2'"),
+                ("provider", "{builtin: {metric: latency}}"),
+                ("baseline", "{window: 30m}"),
+            ]),
+        ),
     ]);
 
     // ----- Fleet structure -----

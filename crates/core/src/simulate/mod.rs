@@ -21,6 +21,10 @@ pub use crate::spec::scenario::*;
 
 pub use traffic::{Bucket, Rng};
 
+/// History kept beyond the longest reference a metric reads (runs older than this read a
+/// truncated history).
+const REFERENCE_HISTORY_MS: u64 = 2 * 3_600_000;
+
 /// Everything a simulation needs, as found in the scenario file.
 #[derive(Debug, Clone)]
 pub struct Inputs {
@@ -116,6 +120,77 @@ struct World<'a> {
     bad_requests: f64,
 }
 
+/// Answers one plain `builtin` read from the synthetic traffic of `series`, over the window
+/// ending at `at`: a value, or with a step a series.
+fn builtin_read<'a>(
+    read: &crate::analysis::MeasureRequest,
+    at: Millis,
+    series: impl IntoIterator<Item = &'a traffic::Series> + Clone,
+) -> Outcome {
+    let Some(builtin) = &read.provider.builtin else {
+        return Outcome::Error("the simulator runs only builtin metrics".into());
+    };
+    let (statistic, quantile, subset, window, min_requests) = builtin.resolved();
+    let window = read.window.unwrap_or(window) as Millis;
+    // Never before the run started: earlier canary traffic may be another version's (as the
+    // agent-backed provider reads it).
+    let from = (at - window).max(read.not_before.unwrap_or(Millis::MIN));
+    let canary = subset == TrafficSubset::Canary;
+    let result = match read.step {
+        Some(step) => traffic::read_series(
+            series,
+            statistic,
+            quantile,
+            canary,
+            from,
+            at,
+            step as Millis,
+            min_requests,
+        )
+        .map_or(MetricResult::Nil, MetricResult::Vector),
+        None => traffic::read_all(series, statistic, quantile, canary, from, at, min_requests)
+            .map_or(MetricResult::Nil, |v| MetricResult::Vector(vec![v])),
+    };
+    Outcome::Value {
+        result,
+        metadata: BTreeMap::new(),
+    }
+}
+
+/// How far back (ms) any metric of `templates` reads before the newest bucket, and how far
+/// before a run's start: (window, reference reach).
+fn reach(templates: &[AnalysisTemplate]) -> (u64, u64) {
+    let mut window = 0u64;
+    let mut reference = 0u64;
+    let ms = |d: &Option<crate::spec::Duration>| d.as_ref().and_then(|d| d.as_millis());
+    for metric in templates.iter().flat_map(|t| t.spec.metrics.iter()) {
+        let p = &metric.provider;
+        if let Some(b) = &p.builtin {
+            window = window.max(b.resolved().3);
+        }
+        if let Some(c) = &p.compare {
+            let w = ms(&c.window).unwrap_or(crate::analysis::compare::DEFAULT_COMPARE_WINDOW_MS);
+            window = window.max(w);
+            if let Some(r) = &c.reference {
+                reference = reference
+                    .max(ms(&r.offset).map_or(0, |o| o + w))
+                    .max(ms(&r.before_start).unwrap_or(0));
+            }
+        }
+        if p.sequential.is_some() {
+            // The test reads from the run's start.
+            reference = reference.max(1);
+        }
+        if let Some(c) = &metric.baseline {
+            reference = reference.max(c.resolved().0);
+        }
+    }
+    (
+        window.max(if reference > 0 { 0 } else { 120_000 }),
+        reference,
+    )
+}
+
 /// Runs one simulation with a seed.
 pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
     run_observed(inputs, seed, |_| {})
@@ -166,16 +241,17 @@ pub fn run_observed(
             )));
         }
     }
-    // The longest window any builtin metric reads bounds the traffic history kept.
-    let window = inputs
-        .templates
-        .iter()
-        .flat_map(|t| t.spec.metrics.iter())
-        .filter_map(|m| m.provider.builtin.as_ref())
-        .map(|b| b.resolved().3)
-        .max()
-        .unwrap_or(120_000) as Millis;
-    let keep = (window / tick + 2) as usize;
+    // The longest window any metric reads bounds the traffic history kept; a metric that reads
+    // before its run's start (a reference window, a sequential test) keeps two hours more, and
+    // the traffic before the rollout is simulated for that long.
+    let (window, reference) = reach(&inputs.templates);
+    let (window, warmup) = if reference > 0 {
+        let history = window.max(reference) + REFERENCE_HISTORY_MS;
+        (history, window.max(reference) as Millis)
+    } else {
+        (window, 0)
+    };
+    let keep = (window as Millis / tick + 2) as usize;
     let mut machine = FleetMachine::new(plan.clone(), &revisions, None);
     let mut worlds: BTreeMap<String, World> = plan
         .clusters
@@ -225,6 +301,18 @@ pub fn run_observed(
                 && now < f.to.as_millis().unwrap_or(0) as Millis
         })
     };
+    // The stable version's traffic before the rollout, for the metrics that read a reference.
+    let mut at = -warmup;
+    while at < 0 {
+        for world in worlds.values_mut() {
+            let profile = world.profile;
+            let total = profile.requests_per_second * tick as f64 / 1000.0;
+            let noise = profile.noise.unwrap_or(0.05);
+            let stable = Bucket::generate(total, &profile.stable, noise, &mut world.rng);
+            world.buckets.push(at, stable, Bucket::default());
+        }
+        at += tick;
+    }
     let mut pending: Vec<ClusterMeasurement> = Vec::new();
     let mut now: Millis = 0;
     loop {
@@ -257,25 +345,29 @@ pub fn run_observed(
                     Outcome::Error(format!(
                         "metrics provider of {cluster} unreachable (simulated outage)"
                     ))
-                } else if let Some(builtin) = &m.request.provider.builtin {
-                    let (statistic, quantile, subset, window, min_requests) = builtin.resolved();
-                    let value = traffic::read_all(
-                        members.iter().map(|c| &worlds[c.as_str()].buckets),
-                        statistic,
-                        quantile,
-                        subset == TrafficSubset::Canary,
-                        // Never before the run started: earlier canary traffic may be another
-                        // version's (as the agent-backed provider reads it).
-                        (now - window as Millis).max(m.request.not_before.unwrap_or(Millis::MIN)),
-                        now,
-                        min_requests,
-                    );
-                    Outcome::Value {
-                        result: value.map_or(MetricResult::Nil, |v| MetricResult::Vector(vec![v])),
-                        metadata: BTreeMap::new(),
-                    }
                 } else {
-                    Outcome::Error("the simulator runs only builtin metrics".into())
+                    // Answered one tick after it was asked: a read of "now" reads the traffic
+                    // seen since; a read of a past window (a reference) reads that window.
+                    let shift = now - m.request.at;
+                    let answer = |read: &crate::analysis::MeasureRequest| {
+                        let at = if read.at == m.request.at {
+                            read.at + shift
+                        } else {
+                            read.at
+                        };
+                        builtin_read(
+                            read,
+                            at,
+                            members.iter().map(|c| &worlds[c.as_str()].buckets),
+                        )
+                    };
+                    match crate::analysis::compare::reads(&m.request) {
+                        None => answer(&m.request),
+                        Some(reads) => crate::analysis::compare::decide(
+                            &m.request,
+                            reads.iter().map(answer).collect(),
+                        ),
+                    }
                 };
                 ClusterOutcome {
                     cluster: m.cluster,
@@ -562,3 +654,166 @@ impl Inputs {
 
 #[cfg(test)]
 mod tests;
+
+/// How one judge (an AnalysisTemplate standing in for the Rollout's background analysis) did
+/// over repeated runs of a scenario: its false rollbacks of healthy clusters and its detections
+/// of regressed ones, with exact (Clopper–Pearson) 95% bounds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JudgeReport {
+    /// The template's name.
+    pub judge: String,
+    /// Cluster-rollouts of healthy clusters (the new version behaves as the stable) that started.
+    pub healthy: u64,
+    /// Of those, rolled back (false positives).
+    pub false_rollbacks: u64,
+    /// Of those, neither promoted nor rolled back (paused or left running).
+    pub healthy_undecided: u64,
+    /// Upper 95% bound of the false-rollback rate.
+    pub false_rollback_upper: f64,
+    /// Cluster-rollouts of regressed clusters that started.
+    pub regressed: u64,
+    /// Of those, rolled back (detections).
+    pub detected: u64,
+    /// Lower 95% bound of the detection rate (power).
+    pub power_lower: f64,
+    /// Mean seconds from a regressed cluster's start to its rollback.
+    pub mean_detection_seconds: Option<f64>,
+    /// Mean bad requests served by the new version per run.
+    pub mean_bad_requests: f64,
+    /// Per cluster: outcome counts.
+    pub clusters: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// Whether the scenario's new version differs from the stable in `cluster` (the truth a judge is
+/// scored against).
+fn regressed(cluster: &ScenarioCluster) -> bool {
+    cluster.canary.is_some_and(|c| {
+        c.error_rate > cluster.stable.error_rate * 1.001
+            || c.latency.p95 > cluster.stable.latency.p95 * 1.001
+            || c.latency.p50 > cluster.stable.latency.p50 * 1.001
+    })
+}
+
+/// Clopper–Pearson bounds of a binomial proportion at 95%: (lower, upper).
+pub fn clopper_pearson(successes: u64, trials: u64) -> (f64, f64) {
+    use statrs::distribution::{Beta, ContinuousCDF};
+    if trials == 0 {
+        return (0.0, 1.0);
+    }
+    let (k, n) = (successes as f64, trials as f64);
+    let lower = if successes == 0 {
+        0.0
+    } else {
+        Beta::new(k, n - k + 1.0).map_or(0.0, |b| b.inverse_cdf(0.025))
+    };
+    let upper = if successes == trials {
+        1.0
+    } else {
+        Beta::new(k + 1.0, n - k).map_or(1.0, |b| b.inverse_cdf(0.975))
+    };
+    (lower, upper)
+}
+
+/// Runs the scenario `runs` times (consecutive seeds from `seed`) once per judge, each judge's
+/// template replacing the Rollout's background analysis, and scores every judge against the
+/// scenario's truth.
+pub fn compare_judges(
+    inputs: &Inputs,
+    judges: &[String],
+    seed: u64,
+    runs: u64,
+) -> Result<Vec<JudgeReport>, SimulationError> {
+    let truth: BTreeMap<&str, bool> = inputs
+        .scenario
+        .spec
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), regressed(c)))
+        .collect();
+    let mut reports = Vec::with_capacity(judges.len());
+    for judge in judges {
+        if !inputs
+            .templates
+            .iter()
+            .any(|t| t.metadata.name.as_deref() == Some(judge.as_str()))
+        {
+            return Err(SimulationError(format!(
+                "no AnalysisTemplate named {judge:?} to judge with"
+            )));
+        }
+        let mut judged = inputs.clone();
+        let canary = judged
+            .rollout
+            .spec
+            .strategy
+            .as_mut()
+            .and_then(|s| s.canary.as_mut())
+            .ok_or_else(|| SimulationError("judges replace a canary Rollout's analysis".into()))?;
+        let analysis = canary.analysis.get_or_insert_with(Default::default);
+        analysis.templates = vec![crate::spec::rollout::AnalysisTemplateRef {
+            template_name: judge.clone(),
+            cluster_scope: None,
+        }];
+        analysis.args.clear();
+        let mut report = JudgeReport {
+            judge: judge.clone(),
+            healthy: 0,
+            false_rollbacks: 0,
+            healthy_undecided: 0,
+            false_rollback_upper: 1.0,
+            regressed: 0,
+            detected: 0,
+            power_lower: 0.0,
+            mean_detection_seconds: None,
+            mean_bad_requests: 0.0,
+            clusters: BTreeMap::new(),
+        };
+        let (mut detection_time, mut bad) = (0.0, 0u64);
+        for i in 0..runs {
+            let run = run(&judged, seed + i)?;
+            for cluster in &run.clusters {
+                *report
+                    .clusters
+                    .entry(cluster.name.clone())
+                    .or_default()
+                    .entry(cluster.outcome.clone())
+                    .or_default() += 1;
+                bad += cluster.bad_requests;
+                if cluster.started_at.is_none() {
+                    continue;
+                }
+                let rolled_back = cluster.outcome == "RolledBack";
+                if truth.get(cluster.name.as_str()).copied().unwrap_or(false) {
+                    report.regressed += 1;
+                    if rolled_back {
+                        report.detected += 1;
+                        if let (Some(start), Some(decided)) =
+                            (cluster.started_at, cluster.decided_at)
+                        {
+                            detection_time += decided - start;
+                        }
+                    }
+                } else {
+                    report.healthy += 1;
+                    if rolled_back {
+                        report.false_rollbacks += 1;
+                    } else if cluster.outcome != "Promoted" {
+                        report.healthy_undecided += 1;
+                    }
+                }
+            }
+        }
+        report.false_rollback_upper = clopper_pearson(report.false_rollbacks, report.healthy).1;
+        report.power_lower = clopper_pearson(report.detected, report.regressed).0;
+        report.mean_detection_seconds =
+            (report.detected > 0).then(|| detection_time / report.detected as f64);
+        report.mean_bad_requests = if runs == 0 {
+            0.0
+        } else {
+            bad as f64 / runs as f64
+        };
+        reports.push(report);
+    }
+    Ok(reports)
+}

@@ -179,3 +179,54 @@ fn the_same_seed_gives_byte_identical_output() {
     assert_eq!(many.runs, 3);
     assert_eq!(many.clusters["prod-us-east"].get("RolledBack"), Some(&3));
 }
+
+#[test]
+fn clopper_pearson_matches_known_bounds() {
+    let (lo, hi) = clopper_pearson(0, 1000);
+    assert_eq!(lo, 0.0);
+    assert!((hi - 0.003682).abs() < 1e-5, "{hi}");
+    let (lo, hi) = clopper_pearson(5, 10);
+    assert!(
+        (lo - 0.187086).abs() < 1e-5 && (hi - 0.812914).abs() < 1e-5,
+        "{lo} {hi}"
+    );
+}
+
+/// One run of the shipped judge comparison (the full table takes `--runs 20`; see
+/// docs/judge.md): on a heterogeneous fleet where every cluster regresses, the per-cluster
+/// judge catches more than the tuned global thresholds, and on the same fleet with a healthy
+/// release it rolls back fewer clusters.
+#[test]
+fn per_cluster_judgement_beats_global_thresholds_on_a_heterogeneous_fleet() {
+    let judges = ["fixed".to_owned(), "flotilla".to_owned()];
+    let regressed = compare_judges(
+        &inputs(include_str!(
+            "../../../../examples/judges/regressed-fleet.yaml"
+        )),
+        &judges,
+        1,
+        1,
+    )
+    .unwrap();
+    let (fixed, flotilla) = (&regressed[0], &regressed[1]);
+    assert_eq!((fixed.regressed, flotilla.regressed), (50, 50));
+    assert!(flotilla.detected >= 48, "{flotilla:#?}");
+    assert!(fixed.detected < flotilla.detected, "{fixed:#?}");
+    let healthy = compare_judges(
+        &inputs(include_str!(
+            "../../../../examples/judges/healthy-fleet.yaml"
+        )),
+        &judges,
+        1,
+        1,
+    )
+    .unwrap();
+    let (fixed, flotilla) = (&healthy[0], &healthy[1]);
+    assert_eq!((fixed.healthy, flotilla.healthy), (50, 50));
+    assert!(flotilla.false_rollbacks <= 1, "{flotilla:#?}");
+    assert!(
+        fixed.false_rollbacks > flotilla.false_rollbacks,
+        "{fixed:#?}"
+    );
+    assert_eq!(flotilla.healthy_undecided, 0, "{flotilla:#?}");
+}

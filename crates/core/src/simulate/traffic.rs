@@ -133,7 +133,8 @@ impl Series {
 
 /// A statistic over the buckets of several series (a wave's clusters) that started in
 /// `[from, to)`, as if their traffic were one: error rate and latency over all their requests,
-/// request rate summed. None with fewer than `min_requests` requests in all.
+/// request rate and counts summed. None with fewer than `min_requests` requests in all (counts:
+/// 0 with no requests at all).
 pub fn read_all<'a>(
     series: impl IntoIterator<Item = &'a Series>,
     statistic: BuiltinStatistic,
@@ -150,15 +151,80 @@ pub fn read_all<'a>(
         .map(|(_, s, c)| if canary { c } else { s })
         .filter(|b| b.requests > 0.0)
         .collect();
+    statistic_of(&window, statistic, quantile, to - from, min_requests)
+}
+
+/// [`read_all`] as a series: one point per `step` over `[from, to)` (the last step may be
+/// shorter), NaN where a step served no request. None with fewer than `min_requests` requests
+/// over the whole span.
+#[allow(clippy::too_many_arguments)]
+pub fn read_series<'a>(
+    series: impl IntoIterator<Item = &'a Series> + Clone,
+    statistic: BuiltinStatistic,
+    quantile: f64,
+    canary: bool,
+    from: Millis,
+    to: Millis,
+    step: Millis,
+    min_requests: u64,
+) -> Option<Vec<f64>> {
+    let total = read_all(
+        series.clone(),
+        BuiltinStatistic::Requests,
+        quantile,
+        canary,
+        from,
+        to,
+        0,
+    )?;
+    if total < min_requests as f64 || (total <= 0.0 && min_requests > 0) {
+        return None;
+    }
+    let counts = matches!(
+        statistic,
+        BuiltinStatistic::Requests | BuiltinStatistic::Errors
+    );
+    let mut points = Vec::new();
+    let mut start = from;
+    while start < to {
+        let end = (start + step.max(1)).min(to);
+        let point = read_all(
+            series.clone(),
+            statistic,
+            quantile,
+            canary,
+            start,
+            end,
+            u64::from(!counts),
+        );
+        points.push(point.unwrap_or(f64::NAN));
+        start = end;
+    }
+    Some(points)
+}
+
+fn statistic_of(
+    window: &[&Bucket],
+    statistic: BuiltinStatistic,
+    quantile: f64,
+    span: Millis,
+    min_requests: u64,
+) -> Option<f64> {
     let requests: f64 = window.iter().map(|b| f64::from(b.requests)).sum();
+    let errors = || window.iter().map(|b| f64::from(b.errors)).sum::<f64>();
+    match statistic {
+        BuiltinStatistic::Requests if requests >= min_requests as f64 => return Some(requests),
+        BuiltinStatistic::Errors if requests >= min_requests as f64 => return Some(errors()),
+        _ => {}
+    }
     if requests < min_requests as f64 || requests <= 0.0 {
         return None;
     }
     match statistic {
-        BuiltinStatistic::ErrorRate => {
-            Some(window.iter().map(|b| f64::from(b.errors)).sum::<f64>() / requests)
-        }
-        BuiltinStatistic::RequestRate => Some(requests / ((to - from).max(1) as f64 / 1000.0)),
+        BuiltinStatistic::ErrorRate => Some(errors() / requests),
+        BuiltinStatistic::RequestRate => Some(requests / (span.max(1) as f64 / 1000.0)),
+        BuiltinStatistic::Requests => Some(requests),
+        BuiltinStatistic::Errors => Some(errors()),
         BuiltinStatistic::Latency => {
             // The quantile of the mixture of the buckets' log-normals, by bisection on ln t.
             let cdf = |ln_t: f64| {

@@ -205,8 +205,147 @@ pub struct Metric {
     /// to the rollout (default `pause`, as Argo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_inconclusive: Option<OnInconclusive>,
+    /// Flotilla extension (not Argo-compatible): calibrate the conditions on this cluster's own
+    /// reference. The `baseline` variable of the conditions then holds the metric read over the
+    /// reference window (for `builtin`: the stable subset's traffic before the run started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Calibration>,
     /// The system queried for each measurement.
     pub provider: MetricProvider,
+}
+
+/// Where a metric's conditions take their per-cluster reference from (a Flotilla extension).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Calibration {
+    /// The reference window, ending when the run started (default 30m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Duration>,
+    /// Fewest requests in the reference window (builtin; default 200): with fewer the cluster
+    /// has no reference and the measurement is Inconclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
+}
+
+impl Calibration {
+    /// (window ms, min requests) with the defaults.
+    pub fn resolved(&self) -> (u64, u64) {
+        (
+            self.window
+                .as_ref()
+                .and_then(|d| d.as_millis())
+                .unwrap_or(30 * 60_000),
+            self.min_requests.unwrap_or(200),
+        )
+    }
+}
+
+/// A comparison metric (a Flotilla extension): the canary's series judged against a baseline
+/// series with Kayenta's rank-sum method. The baseline is the stable version's concurrent traffic
+/// in the same cluster, or (with `reference`) the same query over a past window of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompareMetric {
+    /// The provider answering the canary's series (`builtin` or `prometheus`).
+    pub canary: Box<MetricProvider>,
+    /// The provider answering the baseline's series (default for `builtin`: the same statistic of
+    /// the stable subset; required otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Box<MetricProvider>>,
+    /// Read the baseline over a past window instead of concurrently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<ReferenceWindow>,
+    /// The span of each series, ending at the measurement (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Duration>,
+    /// The series' resolution (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Duration>,
+    /// Fewest points on each side for a comparison (default 3); fewer record no measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_points: Option<u64>,
+    /// Which change fails (default `increase`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<crate::judge::Direction>,
+    /// Confidence level of the shift interval (default 0.98).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// The interval must clear ±tolerance·|estimate| (default 0.25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+    /// Effect-size gates (default: mean ratio, neutral limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect_size: Option<CompareEffectSize>,
+    /// NaN handling (default `remove`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nan_strategy: Option<crate::judge::NanStrategy>,
+    /// Outlier handling (default keep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outliers: Option<CompareOutliers>,
+    /// Missing data fails the measurement instead of leaving it without a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub must_have_data: Option<bool>,
+}
+
+/// A past window for a comparison's baseline: exactly one field is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReferenceWindow {
+    /// The same window this long ago (e.g. `24h`: the same hour a day earlier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<Duration>,
+    /// The window of this length that ended when the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_start: Option<Duration>,
+}
+
+/// A comparison's effect-size gates.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompareEffectSize {
+    /// `meanRatio` (default) or `cles`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure: Option<crate::judge::EffectSizeMeasure>,
+    /// Least effect size for `High`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_increase: Option<f64>,
+    /// Greatest effect size for `Low`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_decrease: Option<f64>,
+}
+
+/// A comparison's outlier handling.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompareOutliers {
+    /// `keep` (default) or `remove`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<crate::judge::OutlierStrategy>,
+    /// IQR factor (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+}
+
+/// A sequential test of the canary's error rate against the stable's in the same cluster (a
+/// Flotilla extension over the `builtin` traffic statistics): Wald's SPRT from the run's start.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SequentialMetric {
+    /// False-alarm rate (default 0.01).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f64>,
+    /// Miss rate at `ratio` (default 0.05).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta: Option<f64>,
+    /// Error-rate ratio (canary / stable) to detect (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Canary requests before any decision (default 100); fewer record no measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
+    /// The windows the counts are read in (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Duration>,
 }
 
 /// Which traffic statistic a `builtin` metric reads.
@@ -219,6 +358,10 @@ pub enum BuiltinStatistic {
     Latency,
     /// Requests per second over the window.
     RequestRate,
+    /// Requests served in the window (a count).
+    Requests,
+    /// Failed (5xx) requests in the window (a count).
+    Errors,
 }
 
 /// Which subset of traffic a `builtin` metric reads.
@@ -331,6 +474,12 @@ pub struct MetricProvider {
     /// (a Flotilla agent, or the simulator's synthetic traffic).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<BuiltinMetric>,
+    /// Flotilla extension: the canary's series against a baseline series (rank-sum judge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<CompareMetric>,
+    /// Flotilla extension: a sequential test of canary versus stable error rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<SequentialMetric>,
     /// Metric plugins by name (`"<org>/<plugin>"`), each with its own free-form configuration.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugin: BTreeMap<String, serde_json::Value>,
@@ -355,6 +504,8 @@ impl MetricProvider {
             ("influxdb", self.influxdb.is_some()),
             ("skywalking", self.skywalking.is_some()),
             ("builtin", self.builtin.is_some()),
+            ("compare", self.compare.is_some()),
+            ("sequential", self.sequential.is_some()),
         ];
         kinds.extend(flags.iter().filter(|(_, set)| *set).map(|(name, _)| *name));
         kinds.extend(self.plugin.keys().map(|_| "plugin"));

@@ -129,6 +129,9 @@ pub fn request(provider: serde_json::Value) -> MeasureRequest {
         at: now_ms(),
         window: None,
         not_before: None,
+        step: None,
+        baseline: None,
+        last: false,
     }
 }
 

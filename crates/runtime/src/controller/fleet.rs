@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_agent::AgentClient;
 use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
-use flotilla_core::analysis::{Measurer, Millis, Outcome};
+use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
     FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
@@ -568,18 +568,11 @@ impl FleetController {
             tokio::spawn(async move {
                 let _permit = limit.acquire_owned().await;
                 let request = &measurement.request;
-                let measure = async {
-                    if request.provider.builtin.is_some() {
-                        match &builtin {
-                            Some(builtin) => builtin.measure(request).await,
-                            None => Outcome::Error(
-                                "a wave analysis cannot use builtin metrics in `flotilla serve` (they read one cluster's agent); use a prometheus or web metric".into(),
-                            ),
-                        }
-                    } else {
-                        providers.measure(request).await
-                    }
+                let routed = Routed {
+                    builtin: builtin.as_ref(),
+                    providers: &providers,
                 };
+                let measure = flotilla_core::analysis::compare::measure(&routed, request);
                 let outcome = tokio::time::timeout(Duration::from_secs(60), measure)
                     .await
                     .unwrap_or_else(|_| {
@@ -1023,5 +1016,27 @@ async fn execute(
         | Action::UpdateImage { .. }
         | Action::RestartPods { .. }
         | Action::SwitchPreview { .. } => Ok(()),
+    }
+}
+
+/// Sends each plain read to the cluster's agent (`builtin`) or to the metric providers; a
+/// composite metric's reads come through here one by one.
+struct Routed<'a> {
+    builtin: Option<&'a BuiltinProvider>,
+    providers: &'a Providers,
+}
+
+impl Measurer for Routed<'_> {
+    async fn measure(&self, request: &MeasureRequest) -> Outcome {
+        if request.provider.builtin.is_some() {
+            match self.builtin {
+                Some(builtin) => builtin.measure(request).await,
+                None => Outcome::Error(
+                    "a wave analysis cannot use builtin metrics in `flotilla serve` (they read one cluster's agent); use a prometheus or web metric".into(),
+                ),
+            }
+        } else {
+            self.providers.measure(request).await
+        }
     }
 }

@@ -269,19 +269,26 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn every_demo_scenario_reaches_its_expected_outcome() {
     let _machine = exclusive();
-    for scenario in ["healthy", "regional-regression", "global-regression"] {
-        let output = flotilla()
-            .args([
-                "demo",
-                "--scenario",
-                scenario,
-                "--speed",
-                "2",
-                "--output",
-                "json",
-            ])
-            .output()
-            .unwrap();
+    // regional-regression runs through every wave in
+    // a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart (judged with
+    // the same `demo::judge`); global-regression runs here from a Git repository (`--gitops`).
+    let repo = tempfile::tempdir().unwrap();
+    let gitops = repo.path().join("fleet");
+    for scenario in ["healthy", "global-regression"] {
+        let mut command = flotilla();
+        command.args([
+            "demo",
+            "--scenario",
+            scenario,
+            "--speed",
+            "2",
+            "--output",
+            "json",
+        ]);
+        if scenario == "global-regression" {
+            command.arg("--gitops").arg(&gitops);
+        }
+        let output = command.output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
@@ -308,14 +315,40 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
                 assert!(c.get(field).is_some(), "{scenario}: {field} missing in {c}");
             }
         }
-        if scenario == "regional-regression" {
-            let us = clusters
+        if scenario == "global-regression" {
+            let canary = clusters
                 .iter()
-                .find(|c| c["name"] == "prod-us-east")
+                .find(|c| c["name"] == "canary-eu-west")
                 .unwrap();
-            assert_eq!(us["failure"]["metric"], "latency-p95", "{us}");
+            assert_eq!(canary["outcome"], "RolledBack", "{canary}");
+            // The demo's repository is left behind with the controller's rollback in its log.
+            let log = git(&gitops.join("work"), &["log", "--format=%an: %s"]);
+            assert!(
+                log.starts_with(
+                    "flotilla-controller: flotilla: roll payment-api back to payment-api:1.8.3\nDemo Developer: release payment-api 1.9.0"
+                ),
+                "{log}"
+            );
+            let message = git(&gitops.join("fleet.git"), &["log", "-1", "--format=%B"]);
+            assert!(
+                message.contains("Flotilla-Cluster: canary-eu-west")
+                    && message.contains("Flotilla-Metric: error-rate="),
+                "{message}"
+            );
         }
     }
+    // A directory that is not empty is refused before anything starts.
+    let output = flotilla()
+        .args(["demo", "--gitops"])
+        .arg(&gitops)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is not empty"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// `kill -9` of the daemon in the middle of wave 2 under load: the agents keep serving (no
@@ -968,6 +1001,12 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
             })
             .await;
         assert_eq!(pinned.phase, "Halted");
+        let (passed, expected) = demo::judge(Scenario::RegionalRegression, &pinned);
+        assert!(passed, "{expected}: {pinned:#?}");
+        assert_eq!(
+            cluster(&pinned, "prod-us-east").failure.as_ref().map(|f| f.metric.as_str()),
+            Some("latency-p95")
+        );
         // One commit on top of the release: only prod-us-east, pinned in its overlay.
         assert_eq!(git(&bare, &["rev-parse", "main~1"]), released);
         let message = git(&bare, &["log", "-1", "--format=%B", "main"]);

@@ -465,9 +465,40 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         if view.revision.is_empty() || view.image != format!("payment-api:{NEW}") {
             // With Git, the durable rollback read back settles the fleet on the old image:
             // the release's outcome is the last view of it.
-            if let Some(seen) = last_new.take()
+            if let Some(mut seen) = last_new.take()
                 && gitops.is_some()
             {
+                // Its last decisions are in the audit log (the view moved on with Git).
+                for e in client.history("payment-api").await? {
+                    if e.revision != seen.revision {
+                        continue;
+                    }
+                    if e.kind == "fleet"
+                        && let Some((_, rest)) = e.message.split_once(": fleet ")
+                        && let Some((phase, message)) = rest.split_once(": ")
+                    {
+                        seen.phase = phase.to_owned();
+                        seen.message = message.to_owned();
+                    }
+                    let status = match e.kind.as_str() {
+                        "rollback" => "RolledBack",
+                        "hold" => "Held",
+                        "validate" => "Validated",
+                        "pause" => "Paused",
+                        "skip" => "Skipped",
+                        "pin" => "Pinned",
+                        _ => continue,
+                    };
+                    if let Some(c) = seen
+                        .waves
+                        .iter_mut()
+                        .flat_map(|w| w.clusters.iter_mut())
+                        .find(|c| Some(&c.name) == e.cluster.as_ref())
+                    {
+                        c.status = status.to_owned();
+                        c.reason = e.message.clone();
+                    }
+                }
                 break seen;
             }
             continue;

@@ -60,6 +60,56 @@ pub struct DemoArgs {
     /// Requests per second sent to each cluster.
     #[arg(long, default_value_t = 40.0)]
     rate: f64,
+    /// Drive the demo from a Git repository created at DIR (absent or empty) and left there: a
+    /// bare remote `DIR/fleet.git` the daemon reads, and a developer's clone `DIR/work` that
+    /// releases by commit; the controller's rollback or pin commit is in `git log` afterwards.
+    #[arg(long, value_name = "DIR")]
+    gitops: Option<PathBuf>,
+}
+
+/// Runs git in `dir` as the demo's developer.
+fn git(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Demo Developer")
+        .env("GIT_AUTHOR_EMAIL", "developer@flotilla.demo")
+        .env("GIT_COMMITTER_NAME", "Demo Developer")
+        .env("GIT_COMMITTER_EMAIL", "developer@flotilla.demo")
+        .output()
+        .context("cannot run git (is it installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "git {} in {}: {}",
+            args.join(" "),
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// Creates the demo's repository at `dir`: the bare remote and the developer's clone holding
+/// the fleet under `fleets/payments/`, one commit.
+fn create_repository(dir: &std::path::Path, manifests: &str) -> anyhow::Result<()> {
+    let work = dir.join("work");
+    std::fs::create_dir_all(work.join("fleets/payments"))?;
+    std::fs::write(work.join("fleets/payments/manifests.yaml"), manifests)?;
+    git(&work, &["init", "-q", "-b", "main"])?;
+    git(&work, &["add", "."])?;
+    git(
+        &work,
+        &[
+            "commit",
+            "-q",
+            "-m",
+            &format!("payments fleet on payment-api:{OLD}"),
+        ],
+    )?;
+    git(dir, &["init", "-q", "--bare", "-b", "main", "fleet.git"])?;
+    git(&work, &["remote", "add", "origin", "../fleet.git"])?;
+    git(&work, &["push", "-q", "origin", "main"])?;
+    Ok(())
 }
 
 /// The summary: the same cluster fields as `flotilla simulate`.
@@ -203,6 +253,20 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             args.rate
         );
     }
+    if let Some(dir) = &args.gitops {
+        let empty = match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => bail!("--gitops {}: {e}", dir.display()),
+        };
+        if !empty {
+            bail!(
+                "--gitops {}: the directory is not empty; give an absent or empty directory (the demo creates its repository there and leaves it)",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(dir)?;
+    }
     let dir = std::env::temp_dir().join(format!("flotilla-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut processes = Processes {
@@ -274,13 +338,34 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     // The controller.
     let manifests_path = processes.dir.join("manifests.yaml");
     let controls: Vec<String> = agents.iter().map(|(_, c)| c.clone()).collect();
-    std::fs::write(&manifests_path, demo::manifests(&controls, args.speed))?;
+    let manifests = demo::manifests(&controls, args.speed);
     let config_path = processes.dir.join("serve.yaml");
     let mut config = std::fs::File::create(&config_path)?;
-    writeln!(
-        config,
-        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 500ms"
-    )?;
+    let gitops = match &args.gitops {
+        Some(dir) => {
+            let dir = std::fs::canonicalize(dir)?;
+            create_repository(&dir, &manifests)?;
+            say(&format!(
+                "the desired state is the Git repository {}/fleet.git (a developer's clone in {}/work)",
+                dir.display(),
+                dir.display()
+            ));
+            writeln!(
+                config,
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 500ms\ngit: {{url: \"{}\", branch: main, path: fleets/payments, interval: 1s}}",
+                dir.join("fleet.git").display()
+            )?;
+            Some(dir)
+        }
+        None => {
+            std::fs::write(&manifests_path, &manifests)?;
+            writeln!(
+                config,
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 500ms"
+            )?;
+            None
+        }
+    };
     let line = processes.start(
         "serve",
         &["serve", "--config", &config_path.display().to_string()],
@@ -342,23 +427,83 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     let release = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as i64;
-    client
-        .command(
-            "payment-api",
-            &OperatorCommand::SetImage {
-                container: None,
-                image: format!("payment-api:{NEW}"),
-            },
-        )
-        .await?;
+    match &gitops {
+        Some(dir) => {
+            // The release is a developer's commit.
+            let work = dir.join("work");
+            let path = work.join("fleets/payments/manifests.yaml");
+            let text = std::fs::read_to_string(&path)?;
+            std::fs::write(
+                &path,
+                text.replace(&format!("payment-api:{OLD}"), &format!("payment-api:{NEW}")),
+            )?;
+            git(
+                &work,
+                &["commit", "-q", "-am", &format!("release payment-api {NEW}")],
+            )?;
+            git(&work, &["push", "-q", "origin", "main"])?;
+            client.sync().await?;
+        }
+        None => {
+            client
+                .command(
+                    "payment-api",
+                    &OperatorCommand::SetImage {
+                        container: None,
+                        image: format!("payment-api:{NEW}"),
+                    },
+                )
+                .await?;
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs((600.0 / args.speed) as u64 + 60);
     let mut last = String::new();
+    let mut last_new: Option<flotilla_runtime::controller::record::FleetView> = None;
     let view = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let view = client.fleet("payment-api").await?;
         if view.revision.is_empty() || view.image != format!("payment-api:{NEW}") {
+            // With Git, the durable rollback read back settles the fleet on the old image:
+            // the release's outcome is the last view of it.
+            if let Some(mut seen) = last_new.take()
+                && gitops.is_some()
+            {
+                // Its last decisions are in the audit log (the view moved on with Git).
+                for e in client.history("payment-api").await? {
+                    if e.revision != seen.revision {
+                        continue;
+                    }
+                    if e.kind == "fleet"
+                        && let Some((_, rest)) = e.message.split_once(": fleet ")
+                        && let Some((phase, message)) = rest.split_once(": ")
+                    {
+                        seen.phase = phase.to_owned();
+                        seen.message = message.to_owned();
+                    }
+                    let status = match e.kind.as_str() {
+                        "rollback" => "RolledBack",
+                        "hold" => "Held",
+                        "validate" => "Validated",
+                        "pause" => "Paused",
+                        "skip" => "Skipped",
+                        "pin" => "Pinned",
+                        _ => continue,
+                    };
+                    if let Some(c) = seen
+                        .waves
+                        .iter_mut()
+                        .flat_map(|w| w.clusters.iter_mut())
+                        .find(|c| Some(&c.name) == e.cluster.as_ref())
+                    {
+                        c.status = status.to_owned();
+                        c.reason = e.message.clone();
+                    }
+                }
+                break seen;
+            }
             continue;
         }
+        last_new = Some(view.clone());
         let text = view::render(&view);
         if text != last {
             if live_terminal {
@@ -383,6 +528,31 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             );
         }
     };
+    // With Git: the controller's durable change, once it is in the repository.
+    if let Some(dir) = &gitops {
+        let expects_commit = view.phase == "Halted"
+            || view
+                .waves
+                .iter()
+                .flat_map(|w| w.clusters.iter())
+                .any(|c| c.status == "RolledBack");
+        let until = Instant::now() + Duration::from_secs(20);
+        while expects_commit && Instant::now() < until {
+            let now = client.fleet("payment-api").await?;
+            if now.git.as_deref().is_some_and(|g| g.contains("committed")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let work = dir.join("work");
+        git(&work, &["pull", "-q", "--no-rebase", "origin", "main"])?;
+        let log = git(&work, &["log", "--format=%h %an: %s"])?;
+        say(&format!(
+            "\nthe repository at {} (git -C {} log):\n{log}",
+            dir.display(),
+            work.display()
+        ));
+    }
     // Give the load a last chunk on the final configuration, then stop it.
     let _ = stop_tx.send(true);
     let load = load.await.unwrap_or_default();

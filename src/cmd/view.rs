@@ -13,6 +13,7 @@ fn icon(status: &str) -> &'static str {
         "RolledBack" => "✖",
         "Held" => "⊘",
         "Skipped" => "↷",
+        "Pinned" => "⚲",
         _ => "·",
     }
 }
@@ -43,6 +44,9 @@ pub fn render(view: &FleetView) -> String {
     );
     if !view.message.is_empty() {
         let _ = writeln!(out, "Message:    {}", view.message);
+    }
+    if let Some(git) = &view.git {
+        let _ = writeln!(out, "Git:        {git}");
     }
     let _ = writeln!(
         out,
@@ -93,6 +97,9 @@ pub fn render_cluster(out: &mut String, c: &ClusterView) {
     );
     if let Some(f) = &c.failure {
         let _ = writeln!(out, "      ✖ {} = {}: {}", f.metric, f.value, f.message);
+    }
+    if let Some(drift) = &c.drift {
+        let _ = writeln!(out, "      ⚠ drift: {drift}");
     }
     for run in &c.analysis {
         let metrics: Vec<String> = run

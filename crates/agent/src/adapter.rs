@@ -82,7 +82,18 @@ impl AgentCluster {
     /// What the agent reports, as the rollout engine observes it: replica counts per revision
     /// (every subset running the revision's version counts) and the weights in effect.
     pub async fn observe(&self) -> Result<Observed, ClientError> {
+        Ok(self.observe_with_stable().await?.0)
+    }
+
+    /// [`AgentCluster::observe`], and the version the `stable` subset runs (when it has
+    /// replicas): what the cluster serves outside a rollout, to compare with the desired state.
+    pub async fn observe_with_stable(&self) -> Result<(Observed, Option<String>), ClientError> {
         let status = self.client.status().await?;
+        let stable_version = status
+            .subsets
+            .iter()
+            .find(|s| s.subset == STABLE && s.desired_replicas > 0)
+            .map(|s| s.version.clone());
         let placement = self.placement.lock().expect("placement lock").clone();
         let mut replicas = BTreeMap::new();
         for (revision, version) in &placement.versions {
@@ -97,14 +108,17 @@ impl AgentCluster {
             }
             replicas.insert(*revision, counts);
         }
-        Ok(Observed {
-            replicas,
-            weights: Some(Weights {
-                canary: status.weights.canary as i32,
-                stable: status.weights.stable as i32,
-            }),
-            analysis: BTreeMap::new(),
-        })
+        Ok((
+            Observed {
+                replicas,
+                weights: Some(Weights {
+                    canary: status.weights.canary as i32,
+                    stable: status.weights.stable as i32,
+                }),
+                analysis: BTreeMap::new(),
+            },
+            stable_version,
+        ))
     }
 
     /// Empties the `canary` subset when it runs the stable subset's version and has no weight:

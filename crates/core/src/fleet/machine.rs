@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::overlay::ClusterOverlay;
 use super::plan::{FleetPlan, fleet_revision, plan_key};
 use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
@@ -36,6 +37,9 @@ pub enum ClusterStatus {
     Held,
     /// Unreachable past its timeout and skipped by policy; never counted validated.
     Skipped,
+    /// Held to an image by its overlay (its own `image`, or the controller's pin of a rejected
+    /// revision): outside the fleet rollout, decided for the wave gate, never validated.
+    Pinned,
 }
 
 /// The fleet rollout's phase.
@@ -264,6 +268,23 @@ pub struct FleetMachine {
     names: Arc<[String]>,
     /// The wave-level analysis plan of one wave (derived again after a restore).
     wave_plan: Option<(usize, Result<Arc<RunPlan>, String>)>,
+    /// Per-cluster overlays (from the desired state's source).
+    overlays: BTreeMap<String, ClusterOverlay>,
+    /// The overlaid clusters' specs, derived for `overlaid_for` (the revisions' hashes).
+    overlaid: BTreeMap<String, Overlaid>,
+    overlaid_for: Option<(Arc<str>, Arc<str>)>,
+}
+
+/// One overlaid cluster's specs (each with its pod-template hash).
+struct Overlaid {
+    previous: (Arc<str>, Arc<Rollout>),
+    next: (Arc<str>, Arc<Rollout>),
+    /// The spec it is held to (its overlay's image, or an active pin's).
+    pinned: Option<(Arc<str>, Arc<Rollout>)>,
+}
+
+fn shared(rollout: Rollout) -> (Arc<str>, Arc<Rollout>) {
+    (rollout::template_hash(&rollout).into(), Arc::new(rollout))
 }
 
 impl FleetMachine {
@@ -297,7 +318,129 @@ impl FleetMachine {
             plan_pool: BTreeMap::new(),
             known: BTreeMap::new(),
             wave_plan: None,
+            overlays: BTreeMap::new(),
+            overlaid: BTreeMap::new(),
+            overlaid_for: None,
         }
+    }
+
+    /// Sets the per-cluster overlays (clusters not in the plan are ignored). A cluster whose
+    /// overlay holds it to an image (its own `image`, or a pin of the current revision) is
+    /// `Pinned` from the next tick and runs that image; args and env apply to both the previous
+    /// and the new spec of the cluster.
+    pub fn set_overlays(&mut self, overlays: BTreeMap<String, ClusterOverlay>) {
+        if overlays != self.overlays {
+            self.overlays = overlays;
+            self.overlaid_for = None;
+        }
+    }
+
+    /// The overlays in effect.
+    pub fn overlays(&self) -> &BTreeMap<String, ClusterOverlay> {
+        &self.overlays
+    }
+
+    /// Derives the overlaid clusters' specs for these revisions (once per revision pair).
+    fn prepare_overlays(&mut self, revisions: &Revisions<'_>) {
+        if self
+            .overlaid_for
+            .as_ref()
+            .is_some_and(|(p, n)| *p == self.hashes.0 && *n == self.hashes.1)
+        {
+            return;
+        }
+        self.overlaid.clear();
+        for (name, overlay) in &self.overlays {
+            if !self.state.clusters.contains_key(name) {
+                continue;
+            }
+            let previous = shared(overlay.apply(revisions.previous, None));
+            let next = shared(overlay.apply(revisions.next, None));
+            let pinned = overlay
+                .pinned_image(&self.state.revision)
+                .map(|image| shared(overlay.apply(revisions.next, Some(image))));
+            for (hash, spec) in [Some(&previous), Some(&next), pinned.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                self.known
+                    .insert(hash.to_string(), (hash.clone(), spec.clone()));
+            }
+            self.overlaid.insert(
+                name.clone(),
+                Overlaid {
+                    previous,
+                    next,
+                    pinned,
+                },
+            );
+        }
+        self.overlaid_for = Some((self.hashes.0.clone(), self.hashes.1.clone()));
+    }
+
+    /// Clusters held to an image become `Pinned` (unless mid-update); a lifted pin returns a
+    /// cluster to the fleet (`Held` while the fleet is halted or aborted).
+    fn apply_pins(&mut self, now: Millis) {
+        let halted = matches!(self.state.phase, FleetPhase::Halted | FleetPhase::Aborted);
+        for (name, cluster) in self.state.clusters.iter_mut() {
+            let pinned = self.overlaid.get(name).and_then(|o| o.pinned.as_ref());
+            match (pinned, cluster.status) {
+                (Some(_), ClusterStatus::NotStarted | ClusterStatus::Held) => {
+                    let overlay = &self.overlays[name];
+                    cluster.status = ClusterStatus::Pinned;
+                    cluster.on_new_spec = false;
+                    cluster.decided_at = Some(now);
+                    cluster.reason = match (&overlay.image, &overlay.pin) {
+                        (Some(image), _) => format!("pinned to {image} by its overlay"),
+                        (None, Some(pin)) => format!(
+                            "pinned to {} by the controller: revision {} is rejected here",
+                            pin.image, pin.rejects
+                        ),
+                        (None, None) => "pinned".into(),
+                    };
+                }
+                (None, ClusterStatus::Pinned) => {
+                    cluster.decided_at = None;
+                    if halted {
+                        cluster.status = ClusterStatus::Held;
+                        cluster.reason =
+                            "held: its pin was lifted while the fleet is halted".into();
+                    } else {
+                        cluster.status = ClusterStatus::NotStarted;
+                        cluster.reason = "its pin was lifted".into();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The spec a cluster runs now (its overlay, pin or baseline applied).
+    pub fn cluster_spec(&self, name: &str, revisions: &Revisions<'_>) -> Option<Rollout> {
+        self.state.clusters.get(name)?;
+        Some(self.spec_for(name, revisions).0.clone())
+    }
+
+    /// Every spec the machine may run on some cluster (baselines and overlaid specs), by
+    /// pod-template hash.
+    pub fn known_specs(&self) -> impl Iterator<Item = (&str, &Rollout)> {
+        self.known
+            .iter()
+            .map(|(h, (_, spec))| (h.as_str(), &**spec))
+    }
+
+    /// The new revision's pod-template hash for a cluster (its overlay applied).
+    fn next_hash_of(&self, name: &str) -> Arc<str> {
+        self.overlaid
+            .get(name)
+            .map_or_else(|| self.hashes.1.clone(), |o| o.next.0.clone())
+    }
+
+    /// The previous revision's pod-template hash for a cluster (its overlay applied).
+    fn previous_hash_of(&self, name: &str) -> Arc<str> {
+        self.overlaid
+            .get(name)
+            .map_or_else(|| self.hashes.0.clone(), |o| o.previous.0.clone())
     }
 
     /// The plan of wave `wave`'s wave-level analysis (Err: why it cannot run).
@@ -372,6 +515,10 @@ impl FleetMachine {
             {
                 cluster.pending.push(Command::Abort);
             }
+            // A cluster the halt paused is not left paused for the new revision.
+            if cluster.status == ClusterStatus::Paused {
+                cluster.pending.push(Command::Resume);
+            }
             cluster.status = ClusterStatus::NotStarted;
             cluster.on_new_spec = false;
             cluster.started_at = None;
@@ -387,6 +534,7 @@ impl FleetMachine {
         self.run_plans.clear();
         self.plan_pool.clear();
         self.wave_plan = None;
+        self.overlaid_for = None;
         // A wave run of the old revision stops; the new revision's runs take later attempts.
         if let Some(wave_run) = &mut self.state.wave_run {
             wave_run.run.terminate();
@@ -412,6 +560,23 @@ impl FleetMachine {
     /// The spec a cluster runs now, and its template hash.
     fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, Arc<str>) {
         let cluster = &self.state.clusters[name];
+        if let Some(overlaid) = self.overlaid.get(name) {
+            if let Some((hash, spec)) = &overlaid.pinned {
+                return (SpecRef::Shared(spec.clone()), hash.clone());
+            }
+            if cluster.on_new_spec {
+                return (
+                    SpecRef::Shared(overlaid.next.1.clone()),
+                    overlaid.next.0.clone(),
+                );
+            }
+            if cluster.baseline.is_none() {
+                return (
+                    SpecRef::Shared(overlaid.previous.1.clone()),
+                    overlaid.previous.0.clone(),
+                );
+            }
+        }
         if cluster.on_new_spec {
             return (SpecRef::Borrowed(revisions.next), self.hashes.1.clone());
         }
@@ -460,6 +625,8 @@ impl FleetMachine {
     ) -> FleetOutput {
         let mut output = FleetOutput::default();
         self.handle_commands(commands);
+        self.prepare_overlays(revisions);
+        self.apply_pins(now);
         // Measurement outcomes into their runs.
         for outcome in outcomes {
             if let Some(wave) = wave_of_key(outcome.run) {
@@ -772,7 +939,8 @@ impl FleetMachine {
     /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
     /// or paused without evidence.
     fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis) {
-        let new_hash = self.hashes.1.clone();
+        let new_hash = self.next_hash_of(name);
+        let previous_hash = self.previous_hash_of(name);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
@@ -817,7 +985,7 @@ impl FleetMachine {
             return;
         }
         // Already on this revision before the fleet rollout began: nothing to prove.
-        if self.hashes.0 == self.hashes.1 {
+        if previous_hash == new_hash {
             cluster.status = ClusterStatus::Validated;
             cluster.decided_at = Some(now);
             cluster.reason = "already on this revision".into();
@@ -1056,7 +1224,10 @@ impl FleetMachine {
         let decided = members.iter().all(|n| {
             matches!(
                 self.state.clusters[n].status,
-                ClusterStatus::Validated | ClusterStatus::Skipped | ClusterStatus::RolledBack
+                ClusterStatus::Validated
+                    | ClusterStatus::Skipped
+                    | ClusterStatus::RolledBack
+                    | ClusterStatus::Pinned
             )
         });
         if !decided {

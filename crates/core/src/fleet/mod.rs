@@ -5,9 +5,11 @@
 //! and `now`, and returns per-cluster actions and measurement requests.
 
 mod machine;
+mod overlay;
 mod plan;
 
 pub use machine::*;
+pub use overlay::*;
 pub use plan::*;
 
 #[cfg(test)]

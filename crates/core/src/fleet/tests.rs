@@ -1257,3 +1257,186 @@ fn a_new_revision_supersedes_the_one_in_flight() {
         );
     }
 }
+
+fn pinned_to(image: &str) -> ClusterOverlay {
+    ClusterOverlay {
+        image: Some(image.into()),
+        ..ClusterOverlay::default()
+    }
+}
+
+/// Runs the sim `ms` longer, whatever the phase.
+fn run_for(sim: &mut Sim, ms: i64) {
+    let until = sim.now + ms;
+    while sim.now < until {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+}
+
+#[test]
+fn a_cluster_pinned_by_its_overlay_stays_on_its_version_while_the_fleet_moves_on() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    sim.machine
+        .set_overlays([("prod-ap-south".to_owned(), pinned_to("payment-api:1.8.3"))].into());
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Completed);
+    assert_eq!(sim.status("prod-ap-south"), ClusterStatus::Pinned);
+    assert!(
+        sim.machine.state.clusters["prod-ap-south"]
+            .reason
+            .contains("payment-api:1.8.3"),
+        "{}",
+        sim.machine.state.clusters["prod-ap-south"].reason
+    );
+    assert_eq!(sim.got_new_version("prod-ap-south"), None);
+    for cluster in ["canary-eu-west", "prod-eu-west", "prod-us-east"] {
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+    // Lifting the overlay returns the cluster to the fleet: a completed fleet has no wave to
+    // start it in, so it waits for the next revision (NotStarted), never silently deployed.
+    sim.machine.set_overlays(BTreeMap::new());
+    run_for(&mut sim, 60_000);
+    assert_eq!(sim.status("prod-ap-south"), ClusterStatus::NotStarted);
+    assert_eq!(sim.got_new_version("prod-ap-south"), None);
+}
+
+#[test]
+fn an_overlay_with_env_gives_the_cluster_its_own_spec_through_the_waves() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    let overlay = ClusterOverlay {
+        env: [("REGION_DB".to_owned(), "us-east-1".to_owned())].into(),
+        ..ClusterOverlay::default()
+    };
+    let own_next = crate::rollout::template_hash(&overlay.apply(&sim.next, None));
+    sim.machine
+        .set_overlays([("prod-us-east".to_owned(), overlay)].into());
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Completed);
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::Validated);
+    assert!(
+        sim.deployed
+            .iter()
+            .any(|(_, c, h)| c == "prod-us-east" && *h == own_next),
+        "prod-us-east ran its overlaid spec"
+    );
+    assert_eq!(
+        sim.got_new_version("prod-us-east"),
+        None,
+        "never the plain spec"
+    );
+    assert!(sim.got_new_version("prod-eu-west").is_some());
+}
+
+#[test]
+fn a_pin_keeps_the_failed_cluster_off_the_rejected_revision_until_a_fix_forward() {
+    let truth = Truth {
+        regressed: ["prod-us-east"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    let rejected = sim.machine.state.revision.clone();
+    let pin = ClusterOverlay {
+        pin: Some(Pin {
+            rejects: rejected.clone(),
+            image: "payment-api:1.8.3".into(),
+        }),
+        ..ClusterOverlay::default()
+    };
+    sim.machine
+        .set_overlays([("prod-us-east".to_owned(), pin)].into());
+    let deployed_before = sim.deployed.len();
+    run_for(&mut sim, 120_000);
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::RolledBack);
+    assert!(!sim.stable_is_new("prod-us-east"));
+    // A retry would start it again; the pin keeps it on 1.8.3 instead.
+    sim.step(&[FleetCommand::Retry]);
+    run_for(&mut sim, 600_000);
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::Pinned);
+    assert!(
+        !sim.deployed[deployed_before..]
+            .iter()
+            .any(|(_, c, _)| c == "prod-us-east"),
+        "nothing deployed to the pinned cluster: {:?}",
+        &sim.deployed[deployed_before..]
+    );
+    // Fix forward: 1.9.1 is another revision, so the pin lapses and it goes through the waves.
+    sim.truth.regressed.clear();
+    let old_previous = sim.previous.clone();
+    let old_next = sim.next.clone();
+    sim.previous = old_next.clone();
+    sim.next = rollout("payment-api:1.9.1");
+    let revisions = Revisions {
+        previous: &sim.previous,
+        next: &sim.next,
+    };
+    sim.machine.supersede(
+        &Revisions {
+            previous: &old_previous,
+            next: &old_next,
+        },
+        &revisions,
+    );
+    sim.run_until(sim.now + 3_600_000);
+    assert_eq!(
+        sim.machine.state.phase,
+        FleetPhase::Completed,
+        "{} {:#?}",
+        sim.machine.state.message,
+        sim.machine
+            .state
+            .clusters
+            .iter()
+            .map(|(n, c)| (n, c.status, &c.reason, c.rollout.phase, &c.rollout.message))
+            .collect::<Vec<_>>()
+    );
+    assert!(sim.stable_is_new("prod-us-east"), "the pin lapsed");
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::Validated);
+}
+
+#[test]
+fn held_clusters_of_a_halted_fleet_stay_off_the_bad_revision_across_a_restart() {
+    let truth = Truth {
+        regressed: ["canary-eu-west"].into(),
+        ..Truth::healthy()
+    };
+    let mut a = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    a.run_until(3_600_000);
+    assert_eq!(a.machine.state.phase, FleetPhase::Halted);
+    for cluster in ["prod-eu-west", "prod-us-east", "prod-ap-south"] {
+        assert_eq!(a.status(cluster), ClusterStatus::Held, "{cluster}");
+    }
+    // The process restarts from the stored state.
+    let saved = serde_json::to_string(&a.machine.state).unwrap();
+    a.machine = FleetMachine::new(
+        a.machine.plan.clone(),
+        &Revisions {
+            previous: &a.previous,
+            next: &a.next,
+        },
+        Some(serde_json::from_str(&saved).unwrap()),
+    );
+    // Even a cluster whose replicas were lost (drifted) is only ever given the previous spec.
+    a.replicas.remove("prod-us-east");
+    run_for(&mut a, 600_000);
+    for cluster in ["prod-eu-west", "prod-us-east", "prod-ap-south"] {
+        assert_eq!(a.status(cluster), ClusterStatus::Held, "{cluster}");
+        assert_eq!(a.got_new_version(cluster), None, "{cluster}");
+        let spec = a
+            .machine
+            .cluster_spec(
+                cluster,
+                &Revisions {
+                    previous: &a.previous,
+                    next: &a.next,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            crate::rollout::template_hash(&spec),
+            crate::rollout::template_hash(&a.previous)
+        );
+    }
+}

@@ -9,6 +9,7 @@ mod analysis;
 mod fleet;
 pub use fleet::waves_of;
 mod rollout;
+mod secrets;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -170,6 +171,7 @@ pub fn lint(manifests: &[LoadedManifest], options: Options) -> Vec<Diagnostic> {
             Manifest::FleetRollout(f) => fleet::check_fleet_rollout(&index, &mut sink, loaded, f),
             Manifest::Service(_) | Manifest::Ingress(_) | Manifest::Scenario(_) => {}
         }
+        secrets::check(&mut sink, loaded);
     }
     let mut diagnostics = sink.diagnostics;
     if options.strict {

@@ -499,6 +499,7 @@ pub fn run_observed(
                 ClusterStatus::Held => "Held",
                 ClusterStatus::NotStarted => "NotStarted",
                 ClusterStatus::Skipped => "Skipped",
+                ClusterStatus::Pinned => "Pinned",
             };
             ClusterReport {
                 name: name.clone(),

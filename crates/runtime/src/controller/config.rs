@@ -69,6 +69,10 @@ pub struct GitConfig {
     /// The identity of the controller's commits.
     #[serde(default)]
     pub identity: Option<IdentityConfig>,
+    /// Correct drift (a cluster running a version Git does not say, outside a rollout and not
+    /// Held) by re-asserting the cluster's desired state; default: report it only.
+    #[serde(default)]
+    pub correct_drift: bool,
 }
 
 /// Who the controller's commits are from.

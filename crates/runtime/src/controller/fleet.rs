@@ -15,8 +15,8 @@ use flotilla_agent::AgentClient;
 use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
-    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
-    FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterOverlay, ClusterStatus,
+    FleetCommand, FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
 use flotilla_core::rollout::{
@@ -44,6 +44,8 @@ pub struct Desired {
     pub rollout: Rollout,
     /// The analysis templates.
     pub templates: Vec<AnalysisTemplate>,
+    /// Per-cluster overlays (`clusters/<cluster>.yaml`), by cluster.
+    pub overlays: BTreeMap<String, ClusterOverlay>,
 }
 
 /// Why a fleet rollout cannot be driven.
@@ -66,7 +68,23 @@ pub struct TickOutput {
     measurements: Vec<ClusterMeasurement>,
 }
 
-type Latest = Arc<Mutex<Option<(Instant, Result<Observed, String>)>>>;
+type Latest = Arc<Mutex<Option<(Instant, Result<(Observed, Option<String>), String>)>>>;
+
+/// How long a cluster must run a version Git does not say before it is reported as drift
+/// (a promotion's observations lag its actions by a tick or two).
+const DRIFT_AFTER: Duration = Duration::from_secs(3);
+/// How often a drifted cluster is corrected again while it stays drifted.
+const DRIFT_RETRY: Duration = Duration::from_secs(10);
+
+/// A cluster running a version Git does not say.
+#[derive(Debug, Clone)]
+struct Drift {
+    version: String,
+    expected: String,
+    since: Instant,
+    reported: bool,
+    corrected_at: Option<Instant>,
+}
 
 struct ClusterHandle {
     adapter: Arc<AgentCluster>,
@@ -97,6 +115,9 @@ pub struct FleetController {
     measure_limit: Arc<Semaphore>,
     stale_after: Duration,
     observed: BTreeMap<String, (bool, Option<(i32, i32)>)>,
+    /// Correct drift (else report it only).
+    correct_drift: bool,
+    drift: BTreeMap<String, Drift>,
 }
 
 fn first_image(rollout: &Rollout) -> String {
@@ -142,6 +163,7 @@ impl FleetController {
         stored: Option<FleetRecord>,
         providers: Providers,
         tick: Duration,
+        correct_drift: bool,
     ) -> Result<FleetController, FleetError> {
         let plan = FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
             .map_err(|e| FleetError(e.0))?;
@@ -158,6 +180,7 @@ impl FleetController {
                     source_hash: source_hash.clone(),
                     state: FleetState::default(),
                     reverted: None,
+                    git_status: None,
                 },
                 false,
             ),
@@ -170,6 +193,7 @@ impl FleetController {
             let state = resumed.then(|| record.state.clone());
             FleetMachine::new(plan.clone(), &revisions, state)
         };
+        machine.set_overlays(desired.overlays.clone());
         // Every spec the record knows: a baseline the machine may name, a version an agent runs.
         let mut versions = BTreeMap::new();
         for spec in record
@@ -231,6 +255,8 @@ impl FleetController {
             measure_limit: Arc::new(Semaphore::new(64)),
             stale_after: (tick * 3).max(Duration::from_secs(3)),
             observed: BTreeMap::new(),
+            correct_drift,
+            drift: BTreeMap::new(),
         };
         if changed {
             controller.change_spec(desired.rollout.clone());
@@ -278,11 +304,62 @@ impl FleetController {
     /// fleet settles on it without rolling anything out (durable rejections are kept).
     pub fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
         let hash = template_hash(&desired.rollout);
+        let short = &commit[..commit.len().min(12)];
+        let mut audit = Vec::new();
+        if &desired.overlays != self.machine.overlays() {
+            self.machine.set_overlays(desired.overlays.clone());
+            let described: Vec<String> = desired
+                .overlays
+                .iter()
+                .map(|(cluster, o)| {
+                    let mut parts = Vec::new();
+                    if let Some(image) = &o.image {
+                        parts.push(format!("image {image}"));
+                    }
+                    if o.args.is_some() {
+                        parts.push("args".into());
+                    }
+                    if !o.env.is_empty() {
+                        parts.push("env".into());
+                    }
+                    if let Some(pin) = &o.pin {
+                        let state = if pin.rejects == self.machine.state.revision {
+                            "active"
+                        } else {
+                            "lapsed"
+                        };
+                        parts.push(format!(
+                            "pin {} rejecting {} ({state})",
+                            pin.image, pin.rejects
+                        ));
+                    }
+                    format!("{cluster}: {}", parts.join(", "))
+                })
+                .collect();
+            audit.push(AuditEntry {
+                seq: 0,
+                time: now,
+                fleet: self.record.name.clone(),
+                revision: self.machine.state.revision.clone(),
+                kind: "sync".into(),
+                cluster: None,
+                message: format!(
+                    "commit {short}: overlays {}",
+                    if described.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        described.join("; ")
+                    }
+                ),
+                evidence: Vec::new(),
+                operator: None,
+            });
+        }
         if hash == self.record.source_hash {
-            return Vec::new();
+            self.record.state = self.machine.state.clone();
+            return audit;
         }
         self.record.source_hash = hash.clone();
-        let short = &commit[..commit.len().min(12)];
         let state = &self.machine.state;
         let agrees = hash == template_hash(&self.record.previous)
             && matches!(state.phase, FleetPhase::Halted | FleetPhase::Aborted)
@@ -307,6 +384,7 @@ impl FleetController {
             for known in &self.record.history {
                 self.machine.remember(known);
             }
+            self.machine.set_overlays(desired.overlays.clone());
             self.machine.state.rejections = rejections;
             self.record.previous = spec;
             format!(
@@ -321,7 +399,7 @@ impl FleetController {
             )
         };
         self.record.state = self.machine.state.clone();
-        vec![AuditEntry {
+        audit.push(AuditEntry {
             seq: 0,
             time: now,
             fleet: self.record.name.clone(),
@@ -331,53 +409,149 @@ impl FleetController {
             message,
             evidence: Vec::new(),
             operator: None,
-        }]
+        });
+        audit
     }
 
-    /// The durable rollback Git needs, once per fleet revision: when the fleet halted and no
-    /// cluster was validated on the new revision, the Rollout's image returns to the previous
-    /// one for the whole fleet (seed 004's `git revert`).
-    pub fn revert_needed(&mut self) -> Option<super::source::Revert> {
+    /// The durable change Git needs, once per fleet revision (until [`Self::committed`]):
+    /// - the fleet halted and no cluster was validated on the new revision: the Rollout's image
+    ///   returns to the previous one for the whole fleet (seed 004's `git revert`);
+    /// - some clusters were validated and others failed (the fleet halted or completed within
+    ///   its failure budget): a pin of exactly the failed clusters in their overlays, naming the
+    ///   revision it rejects.
+    pub fn change_needed(&self) -> Option<super::source::GitChange> {
+        use super::source::{Edit, GitChange};
         let state = &self.machine.state;
-        if state.phase != FleetPhase::Halted
+        if !matches!(state.phase, FleetPhase::Halted | FleetPhase::Completed)
             || self.record.reverted.as_deref() == Some(state.revision.as_str())
-            || state
-                .clusters
-                .values()
-                .any(|c| c.status == ClusterStatus::Validated)
         {
             return None;
         }
+        let validated: Vec<&String> = state
+            .clusters
+            .iter()
+            .filter(|(_, c)| c.status == ClusterStatus::Validated)
+            .map(|(n, _)| n)
+            .collect();
+        let failed: Vec<(&String, &flotilla_core::fleet::ClusterState)> = state
+            .clusters
+            .iter()
+            .filter(|(n, c)| {
+                c.status == ClusterStatus::RolledBack
+                    && state
+                        .rejections
+                        .contains(&((*n).clone(), state.revision.clone()))
+            })
+            .collect();
         let bad_image = first_image(&self.record.next);
         let good_image = first_image(&self.record.previous);
         if bad_image == good_image || bad_image.is_empty() || good_image.is_empty() {
             return None;
         }
-        self.record.reverted = Some(state.revision.clone());
-        let failed: Vec<(&String, &flotilla_core::fleet::Failure)> = state
-            .clusters
-            .iter()
-            .filter_map(|(n, c)| c.failure.as_ref().map(|f| (n, f)))
-            .collect();
         let rollout = self.record.next.metadata.name.clone().unwrap_or_default();
-        let mut message = format!(
-            "flotilla: roll {rollout} back to {good_image}\n\nFleet rollout {} halted on revision {} ({bad_image}): {}\nNo cluster was validated on it, so the whole fleet returns to {good_image}.\n\n",
-            self.record.name, state.revision, state.message
-        );
+        let mut trailers = String::new();
         for (cluster, _) in &failed {
-            message.push_str(&format!("Flotilla-Cluster: {cluster}\n"));
+            trailers.push_str(&format!("Flotilla-Cluster: {cluster}\n"));
         }
-        for (_, f) in &failed {
-            message.push_str(&format!("Flotilla-Metric: {}={}\n", f.metric, f.value));
+        for (_, c) in &failed {
+            if let Some(f) = &c.failure {
+                trailers.push_str(&format!("Flotilla-Metric: {}={}\n", f.metric, f.value));
+            }
         }
-        message.push_str(&format!("Flotilla-Revision: {}\n", state.revision));
-        Some(super::source::Revert {
-            rollout,
-            bad_image,
-            good_image,
-            message,
-            proposal_branch: format!("flotilla/rollback-{}-{}", self.record.name, state.revision),
+        trailers.push_str(&format!("Flotilla-Revision: {}\n", state.revision));
+        let phase = format!("{:?}", state.phase).to_lowercase();
+        if validated.is_empty() {
+            if state.phase != FleetPhase::Halted {
+                return None;
+            }
+            return Some(GitChange {
+                rollout: rollout.clone(),
+                revision: state.revision.clone(),
+                edit: Edit::Revert {
+                    bad_image: bad_image.clone(),
+                    good_image: good_image.clone(),
+                },
+                body: format!(
+                    "flotilla: roll {rollout} back to {good_image}\n\nFleet rollout {} halted on revision {} ({bad_image}): {}\nNo cluster was validated on it, so the whole fleet returns to {good_image}.",
+                    self.record.name, state.revision, state.message
+                ),
+                trailers,
+                proposal_branch: format!(
+                    "flotilla/rollback-{}-{}",
+                    self.record.name, state.revision
+                ),
+            });
+        }
+        if failed.is_empty() {
+            return None;
+        }
+        let revisions = Revisions {
+            previous: &self.record.previous,
+            next: &self.record.next,
+        };
+        // Each failed cluster stays on what it runs now: its previous (or baseline) image.
+        let clusters: Vec<(String, String)> = failed
+            .iter()
+            .map(|(name, _)| {
+                let mut machine_spec = self
+                    .machine
+                    .cluster_spec(name, &revisions)
+                    .map(|s| first_image(&s))
+                    .unwrap_or_default();
+                if machine_spec.is_empty() || machine_spec == bad_image {
+                    machine_spec = good_image.clone();
+                }
+                ((*name).clone(), machine_spec)
+            })
+            .collect();
+        let names: Vec<&str> = clusters.iter().map(|(c, _)| c.as_str()).collect();
+        let reasons: Vec<String> = failed
+            .iter()
+            .map(|(name, c)| match &c.failure {
+                Some(f) => format!("{name}: metric {} = {} ({})", f.metric, f.value, f.message),
+                None => format!("{name}: {}", c.reason),
+            })
+            .collect();
+        Some(GitChange {
+            rollout: rollout.clone(),
+            revision: state.revision.clone(),
+            edit: Edit::Pin {
+                clusters: clusters.clone(),
+            },
+            body: format!(
+                "flotilla: pin {} of {rollout} to {}\n\nFleet rollout {} {phase} on revision {} ({bad_image}).\nFailed: {}.\nValidated and kept on {bad_image}: {}.\nThe pin rejects revision {} for the failed clusters only; it lapses when Git's desired revision changes (a fix-forward).",
+                names.join(", "),
+                clusters
+                    .iter()
+                    .map(|(_, i)| i.as_str())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.record.name,
+                state.revision,
+                reasons.join("; "),
+                validated
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                state.revision
+            ),
+            trailers,
+            proposal_branch: format!("flotilla/pin-{}-{}", self.record.name, state.revision),
         })
+    }
+
+    /// The durable change of `revision` reached Git (or Git already said it): never again.
+    pub fn committed(&mut self, revision: &str, status: String) {
+        self.record.reverted = Some(revision.to_owned());
+        self.record.git_status = Some(status);
+    }
+
+    /// The durable change could not be committed yet (it is retried).
+    pub fn git_failed(&mut self, status: String) {
+        self.record.git_status = Some(status);
     }
 
     /// Adds a spec to the revision history (what `undo` returns to), once per pod template.
@@ -393,16 +567,35 @@ impl FleetController {
     fn reassert(&mut self) {
         let names: Vec<String> = self.machine.state.clusters.keys().cloned().collect();
         for name in names {
-            let cluster = &self.machine.state.clusters[&name];
-            let spec = if cluster.on_new_spec {
-                &self.record.next
-            } else {
-                &self.record.previous
-            };
-            let actions = flotilla_core::rollout::desired_actions(&cluster.rollout, spec);
-            let placement = self.placement(&cluster.rollout);
-            if let Some(handle) = self.clusters.get(&name) {
-                let _ = handle.actions.send((placement, actions));
+            self.reassert_cluster(&name);
+        }
+    }
+
+    /// One cluster's last intent again, with the spec it runs (overlay, pin or baseline).
+    fn reassert_cluster(&mut self, name: &str) {
+        self.learn_versions();
+        let revisions = Revisions {
+            previous: &self.record.previous,
+            next: &self.record.next,
+        };
+        let Some(spec) = self.machine.cluster_spec(name, &revisions) else {
+            return;
+        };
+        let cluster = &self.machine.state.clusters[name];
+        let actions = flotilla_core::rollout::desired_actions(&cluster.rollout, &spec);
+        let placement = self.placement(&cluster.rollout);
+        if let Some(handle) = self.clusters.get(name) {
+            handle.adapter.set_placement(placement.clone());
+            let _ = handle.actions.send((placement, actions));
+        }
+    }
+
+    /// The version of every spec the machine may run (overlaid specs included).
+    fn learn_versions(&mut self) {
+        for (hash, spec) in self.machine.known_specs() {
+            if !self.versions.contains_key(hash) {
+                self.versions
+                    .insert(hash.to_owned(), image_version(&first_image(spec)));
             }
         }
     }
@@ -494,12 +687,16 @@ impl FleetController {
         }
         // Observations: each cluster's latest, if fresh.
         let mut observations = BTreeMap::new();
+        let mut stable_versions = BTreeMap::new();
         for (name, handle) in &self.clusters {
             let latest = handle.latest.lock().expect("observation lock").clone();
             let observation = match latest {
-                Some((at, Ok(observed))) if at.elapsed() < self.stale_after => {
+                Some((at, Ok((observed, stable)))) if at.elapsed() < self.stale_after => {
                     let weights = observed.weights.map(|w| (w.canary, w.stable));
                     self.observed.insert(name.clone(), (true, weights));
+                    if let Some(version) = stable {
+                        stable_versions.insert(name.clone(), version);
+                    }
                     ClusterObservation {
                         reachable: true,
                         observed,
@@ -528,9 +725,121 @@ impl FleetController {
             out.actions.entry(cluster).or_default().push(action);
         }
         out.measurements = output.measurements;
+        self.learn_versions();
         self.decisions(&before, now, &mut out);
+        self.check_drift(&stable_versions, now, &mut out);
         self.record.state = self.machine.state.clone();
         out
+    }
+
+    /// Drift: outside a rollout, a cluster (not Held) whose stable subset runs a version other
+    /// than the one its spec (Git's, its overlay's or its pin's) says. Reported once it lasts
+    /// [`DRIFT_AFTER`]; corrected (its last intent re-asserted) when configured to. A Held
+    /// cluster is never touched, and a correction only ever asserts the cluster's own spec, which
+    /// for a rolled-back, held or pinned cluster is never the rejected revision.
+    fn check_drift(
+        &mut self,
+        stable: &BTreeMap<String, String>,
+        now: Millis,
+        out: &mut TickOutput,
+    ) {
+        let state = &self.machine.state;
+        let settled = matches!(
+            state.phase,
+            FleetPhase::Completed | FleetPhase::Halted | FleetPhase::Aborted
+        );
+        let mut seen = Vec::new();
+        for (name, cluster) in &state.clusters {
+            let eligible = settled
+                && matches!(
+                    cluster.status,
+                    ClusterStatus::Validated
+                        | ClusterStatus::RolledBack
+                        | ClusterStatus::Pinned
+                        | ClusterStatus::NotStarted
+                );
+            let expected = cluster
+                .rollout
+                .stable
+                .and_then(|s| cluster.rollout.revision(s))
+                .and_then(|r| self.versions.get(&r.hash));
+            match (eligible, expected, stable.get(name)) {
+                (true, Some(expected), Some(running)) if running != expected => {
+                    seen.push((name.clone(), running.clone(), expected.clone()));
+                }
+                _ => {}
+            }
+        }
+        let fleet = self.record.name.clone();
+        let revision = state.revision.clone();
+        let entry = |cluster: &str, message: String| AuditEntry {
+            seq: 0,
+            time: now,
+            fleet: fleet.clone(),
+            revision: revision.clone(),
+            kind: "drift".into(),
+            cluster: Some(cluster.to_owned()),
+            message,
+            evidence: Vec::new(),
+            operator: None,
+        };
+        let drifting: Vec<String> = seen.iter().map(|(n, _, _)| n.clone()).collect();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.drift)
+            .into_iter()
+            .partition(|(n, _)| !drifting.contains(n));
+        self.drift = kept.into_iter().collect();
+        for (name, gone) in gone {
+            if gone.reported {
+                out.audit.push(entry(
+                    &name,
+                    format!("{name}: runs {} again, as Git says", gone.expected),
+                ));
+            }
+        }
+        let mut correct = Vec::new();
+        for (name, running, expected) in seen {
+            let drift = self.drift.entry(name.clone()).or_insert_with(|| Drift {
+                version: running.clone(),
+                expected: expected.clone(),
+                since: Instant::now(),
+                reported: false,
+                corrected_at: None,
+            });
+            if drift.version != running || drift.expected != expected {
+                *drift = Drift {
+                    version: running.clone(),
+                    expected: expected.clone(),
+                    since: Instant::now(),
+                    reported: false,
+                    corrected_at: None,
+                };
+            }
+            if drift.since.elapsed() < DRIFT_AFTER {
+                continue;
+            }
+            if !drift.reported {
+                drift.reported = true;
+                let what = if self.correct_drift {
+                    "correcting it"
+                } else {
+                    "reported only (set git.correctDrift: true to correct it)"
+                };
+                let message = format!("{name}: drift: runs {running}, Git says {expected}; {what}");
+                tracing::warn!(fleet = %fleet, cluster = %name, "{message}");
+                out.audit.push(entry(&name, message));
+            }
+            if self.correct_drift
+                && drift
+                    .corrected_at
+                    .is_none_or(|at| at.elapsed() >= DRIFT_RETRY)
+            {
+                drift.corrected_at = Some(Instant::now());
+                correct.push(name);
+            }
+        }
+        for name in correct {
+            self.reassert_cluster(&name);
+        }
     }
 
     /// Executes a tick's actions (per cluster, in order) and starts its measurements. Call only
@@ -651,6 +960,7 @@ impl FleetController {
                     ClusterStatus::Held => ("hold", format!("{name}: {}", cluster.reason)),
                     ClusterStatus::Skipped => ("skip", format!("{name}: {}", cluster.reason)),
                     ClusterStatus::NotStarted => ("reset", format!("{name}: waits for its wave")),
+                    ClusterStatus::Pinned => ("pin", format!("{name}: {}", cluster.reason)),
                 };
                 out.audit
                     .push(entry(kind, Some(name), message, evidence.clone()));
@@ -760,6 +1070,7 @@ impl FleetController {
             message: state.message.clone(),
             wave: (state.wave + 1).min(plan.waves.len()),
             paused: state.paused,
+            git: self.record.git_status.clone(),
             waves: plan
                 .waves
                 .iter()
@@ -846,6 +1157,11 @@ impl FleetController {
                         .collect(),
                 })
                 .collect(),
+            drift: self
+                .drift
+                .get(name)
+                .filter(|d| d.reported)
+                .map(|d| format!("runs {}, Git says {}", d.version, d.expected)),
         }
     }
 
@@ -945,7 +1261,10 @@ fn spawn_cluster(
         let latest = latest.clone();
         tokio::spawn(async move {
             loop {
-                let result = adapter.observe().await.map_err(|e| e.to_string());
+                let result = adapter
+                    .observe_with_stable()
+                    .await
+                    .map_err(|e| e.to_string());
                 *latest.lock().expect("observation lock") = Some((Instant::now(), result));
                 tokio::time::sleep(tick.min(Duration::from_secs(1))).await;
             }

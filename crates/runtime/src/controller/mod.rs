@@ -52,6 +52,9 @@ pub enum ServeError {
     Io(String),
 }
 
+/// One attempt at committing a durable change: (fleet, revision, where it went or why not).
+pub type GitResult = (String, String, Result<String, String>);
+
 /// Counters and histograms for `/metrics`.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -172,6 +175,9 @@ pub struct Shared {
     pub sync: AtomicBool,
     /// Decisions made outside a tick (Git commits), committed with the next one.
     pub pending_audit: Mutex<Vec<AuditEntry>>,
+    /// Finished attempts at committing a durable change: (fleet, revision, where it went or
+    /// why it failed), taken up by the next tick.
+    pub git_results: Mutex<Vec<GitResult>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -236,11 +242,19 @@ pub async fn serve(
         .into_iter()
         .map(|r| (r.name.clone(), r))
         .collect();
+    let correct_drift =
+        matches!(&config.source, config::SourceConfig::Git { git, .. } if git.correct_drift);
     let mut controllers = Vec::new();
     for d in &desired {
         let name = d.fleet_rollout.metadata.name.clone().unwrap_or_default();
-        let controller = FleetController::new(d, stored.remove(&name), providers.clone(), tick)
-            .map_err(|e| ServeError::Invalid(format!("FleetRollout {name:?}: {e}")))?;
+        let controller = FleetController::new(
+            d,
+            stored.remove(&name),
+            providers.clone(),
+            tick,
+            correct_drift,
+        )
+        .map_err(|e| ServeError::Invalid(format!("FleetRollout {name:?}: {e}")))?;
         controllers.push(controller);
     }
     let metrics = Arc::new(Metrics::default());
@@ -253,6 +267,7 @@ pub async fn serve(
         wake: Notify::new(),
         sync: AtomicBool::new(false),
         pending_audit: Mutex::new(Vec::new()),
+        git_results: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
     });
     publish(&shared, &controllers);
@@ -271,6 +286,7 @@ pub async fn serve(
     ));
     on_listening(address);
     let mut next_poll = Instant::now();
+    let mut git_retry: BTreeMap<String, GitRetry> = BTreeMap::new();
     let control = async {
         loop {
             let started = Instant::now();
@@ -278,6 +294,46 @@ pub async fn serve(
             let now = crate::analysis::wall_clock();
             let mut extra: Vec<AuditEntry> =
                 std::mem::take(&mut *shared.pending_audit.lock().expect("audit lock"));
+            // Durable changes that reached Git, or failed to (retried with backoff).
+            let results = std::mem::take(&mut *shared.git_results.lock().expect("git lock"));
+            for (fleet, revision, result) in results {
+                let Some(controller) = controllers.iter_mut().find(|c| c.name() == fleet) else {
+                    continue;
+                };
+                let message = match result {
+                    Ok(message) => {
+                        git_retry.remove(&fleet);
+                        controller.committed(&revision, message.clone());
+                        message
+                    }
+                    Err(error) => {
+                        let retry = git_retry.entry(fleet.clone()).or_default();
+                        retry.in_flight = false;
+                        retry.attempts += 1;
+                        retry.delay = (retry.delay * 2).clamp(GIT_RETRY_FIRST, GIT_RETRY_MAX);
+                        retry.next_at = Instant::now() + retry.delay;
+                        let message = format!(
+                            "the durable change for revision {revision} is not in Git yet (attempt {}, next in {:.1} s; the clusters' rollback and the rejection stand): {error}",
+                            retry.attempts,
+                            retry.delay.as_secs_f64()
+                        );
+                        tracing::error!(fleet = %fleet, "{message}");
+                        controller.git_failed(message.clone());
+                        message
+                    }
+                };
+                extra.push(AuditEntry {
+                    seq: 0,
+                    time: now,
+                    fleet,
+                    revision,
+                    kind: "gitops".into(),
+                    cluster: None,
+                    message,
+                    evidence: Vec::new(),
+                    operator: None,
+                });
+            }
             // The source: a moved branch is a new desired state.
             if let Some(interval) = source.interval_ms()
                 && (Instant::now() >= next_poll || shared.sync.swap(false, Ordering::SeqCst))
@@ -295,7 +351,13 @@ pub async fn serve(
                         }
                     }
                     Some(Err(e)) => {
-                        tracing::error!(error = %e, "the desired state was refused; nothing changed");
+                        let what = match e {
+                            ServeError::Io(_) => {
+                                "Git could not be read (read again at the next poll); nothing changed"
+                            }
+                            _ => "the desired state was refused; nothing changed",
+                        };
+                        tracing::error!(error = %e, "{what}");
                         for controller in controllers.iter() {
                             extra.push(AuditEntry {
                                 seq: 0,
@@ -304,9 +366,7 @@ pub async fn serve(
                                 revision: controller.record.state.revision.clone(),
                                 kind: "sync".into(),
                                 cluster: None,
-                                message: format!(
-                                    "the desired state was refused; nothing changed: {e}"
-                                ),
+                                message: format!("{what}: {e}"),
                                 evidence: Vec::new(),
                                 operator: None,
                             });
@@ -339,42 +399,45 @@ pub async fn serve(
                 let audit = tokio::task::block_in_place(|| store.commit_tick(write))?;
                 controller.dispatch(out);
                 all_audit.extend(audit);
-                // The durable rollback goes to Git apart from the loop; its outcome is logged
-                // with the next tick.
+                // The durable change goes to Git apart from the loop (one attempt at a time,
+                // with backoff after a failure); its outcome is recorded with a later tick.
                 if source.interval_ms().is_some()
-                    && let Some(revert) = controller.revert_needed()
+                    && let Some(change) = controller.change_needed()
                 {
-                    let source = source.clone();
-                    let shared = shared.clone();
-                    let fleet = controller.name().to_owned();
-                    let revision = controller.record.state.revision.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let message = match source.commit_revert(&revert) {
-                            Ok(Some((commit, branch))) => format!(
-                                "durable rollback committed to {branch}: {commit} ({} -> {})",
-                                revert.bad_image, revert.good_image
-                            ),
-                            Ok(None) => "durable rollback: Git already says it".to_owned(),
-                            Err(e) => format!("durable rollback could not be committed: {e}"),
-                        };
-                        shared
-                            .pending_audit
-                            .lock()
-                            .expect("audit lock")
-                            .push(AuditEntry {
-                                seq: 0,
-                                time: crate::analysis::wall_clock(),
+                    let retry = git_retry.entry(controller.name().to_owned()).or_default();
+                    if !retry.in_flight && Instant::now() >= retry.next_at {
+                        retry.in_flight = true;
+                        let source = source.clone();
+                        let shared = shared.clone();
+                        let fleet = controller.name().to_owned();
+                        tokio::task::spawn_blocking(move || {
+                            let result = match source.commit_change(&change) {
+                                Ok(Some((commit, branch))) => Ok(match &change.edit {
+                                    source::Edit::Revert {
+                                        bad_image,
+                                        good_image,
+                                    } => format!(
+                                        "durable rollback committed to {branch}: {commit} ({bad_image} -> {good_image})"
+                                    ),
+                                    source::Edit::Pin { .. } => format!(
+                                        "pin committed to {branch}: {commit} ({})",
+                                        change.describe()
+                                    ),
+                                }),
+                                Ok(None) => {
+                                    Ok(format!("{}: Git already says it", change.describe()))
+                                }
+                                Err(e) => Err(e.to_string()),
+                            };
+                            shared.git_results.lock().expect("git lock").push((
                                 fleet,
-                                revision,
-                                kind: "gitops".into(),
-                                cluster: None,
-                                message,
-                                evidence: Vec::new(),
-                                operator: None,
-                            });
-                        shared.sync.store(true, Ordering::SeqCst);
-                        shared.wake.notify_one();
-                    });
+                                change.revision.clone(),
+                                result,
+                            ));
+                            shared.sync.store(true, Ordering::SeqCst);
+                            shared.wake.notify_one();
+                        });
+                    }
                 }
             }
             publish(&shared, &controllers);
@@ -408,6 +471,30 @@ pub async fn serve(
     server.abort();
     notifier.abort();
     result
+}
+
+/// The first and the longest wait before committing a durable change again.
+const GIT_RETRY_FIRST: Duration = Duration::from_millis(500);
+const GIT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Retries of one fleet's durable change.
+#[derive(Debug)]
+struct GitRetry {
+    next_at: Instant,
+    delay: Duration,
+    attempts: u32,
+    in_flight: bool,
+}
+
+impl Default for GitRetry {
+    fn default() -> GitRetry {
+        GitRetry {
+            next_at: Instant::now(),
+            delay: GIT_RETRY_FIRST / 2,
+            attempts: 0,
+            in_flight: false,
+        }
+    }
 }
 
 fn publish(shared: &Shared, controllers: &[FleetController]) {

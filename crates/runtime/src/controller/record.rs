@@ -28,6 +28,10 @@ pub struct FleetRecord {
     /// The fleet revision whose durable rollback was committed to Git (at most once each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverted: Option<String>,
+    /// The durable change's state in Git: where it was committed, or why it is not yet
+    /// (retried with backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_status: Option<String>,
 }
 
 /// An operator command, as accepted by the API and queued durably until a tick applies it.
@@ -194,6 +198,9 @@ pub struct FleetView {
     pub wave: usize,
     /// Whether an operator paused it.
     pub paused: bool,
+    /// The durable rollback's state in Git (committed where, or the error it is retried on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<String>,
     /// The waves.
     pub waves: Vec<WaveView>,
 }
@@ -219,7 +226,7 @@ pub struct ClusterView {
     /// The cluster.
     pub name: String,
     /// The fleet status: `NotStarted`, `Progressing`, `Validated`, `Paused`, `RolledBack`,
-    /// `Held`, `Skipped`.
+    /// `Held`, `Skipped`, `Pinned`.
     pub status: String,
     /// Why.
     pub reason: String,
@@ -247,6 +254,9 @@ pub struct ClusterView {
     pub decided_at: Option<Millis>,
     /// Its analysis runs.
     pub analysis: Vec<RunView>,
+    /// A version the cluster runs that Git does not say (outside a rollout), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
 }
 
 /// A failure of a [`ClusterView`].

@@ -1,14 +1,29 @@
 //! Where the desired state comes from: manifest files, or a Git repository at a branch (polled,
-//! and on demand), and the durable rollback the controller commits back to Git.
+//! and on demand), with per-cluster overlays (`clusters/<cluster>.yaml`), and the durable
+//! changes the controller commits back to Git (a whole-fleet revert, or pins of the failed
+//! clusters).
+//!
+//! An overlay file, `clusters/<cluster>.yaml` under the manifests' directory:
+//!
+//! ```yaml
+//! rollout: payment-api            # the Rollout it changes for this cluster (required)
+//! image: payment-api:1.8.3        # holds the cluster on this image while the fleet moves on
+//! args: ["--region=us-east"]      # replaces the first container's args
+//! env: {DB_POOL: "32"}            # set in the first container's env
+//! pin: {rejects: 5e1f…, image: payment-api:1.8.3}   # written by the controller
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use flotilla_agent::config::parse_located;
 use flotilla_core::diagnostic::{Diagnostic, Severity};
+use flotilla_core::fleet::{ClusterOverlay, Pin};
 use flotilla_core::lint::{self, Options};
 use flotilla_core::manifest::{self, LoadedManifest};
 use flotilla_core::spec::Manifest;
+use flotilla_core::spec::fleet::FleetRollout;
 use flotilla_git::{Checkout, Identity, Pushed};
 
 use super::ServeError;
@@ -35,19 +50,60 @@ pub struct GitSource {
     last_head: Mutex<Option<String>>,
 }
 
-/// A durable rollback to commit: the Rollout's image back to the previous one.
+/// A durable change to commit to Git.
 #[derive(Debug, Clone)]
-pub struct Revert {
+pub struct GitChange {
     /// The Rollout's name.
     pub rollout: String,
-    /// The image to replace.
-    pub bad_image: String,
-    /// The image to restore.
-    pub good_image: String,
-    /// The commit message (with trailers).
-    pub message: String,
+    /// The fleet revision it answers.
+    pub revision: String,
+    /// What it changes.
+    pub edit: Edit,
+    /// The commit message's subject and body (the controller's identity and the trailers are
+    /// added when it is committed).
+    pub body: String,
+    /// The trailers (`Flotilla-Cluster: …`, `Flotilla-Metric: …`, `Flotilla-Revision: …`).
+    pub trailers: String,
     /// A branch name for proposals.
     pub proposal_branch: String,
+}
+
+/// The edit of a [`GitChange`].
+#[derive(Debug, Clone)]
+pub enum Edit {
+    /// The whole fleet's Rollout back to the previous image.
+    Revert {
+        /// The image to replace.
+        bad_image: String,
+        /// The image to restore.
+        good_image: String,
+    },
+    /// Pins of the failed clusters in their overlays: (cluster, the image it stays on).
+    Pin {
+        /// The clusters and their images.
+        clusters: Vec<(String, String)>,
+    },
+}
+
+impl GitChange {
+    /// What it does, in a few words (for the audit log).
+    pub fn describe(&self) -> String {
+        match &self.edit {
+            Edit::Revert {
+                bad_image,
+                good_image,
+            } => format!("durable rollback {bad_image} -> {good_image}"),
+            Edit::Pin { clusters } => format!(
+                "pin of {} (revision {})",
+                clusters
+                    .iter()
+                    .map(|(c, i)| format!("{c} to {i}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.revision
+            ),
+        }
+    }
 }
 
 impl Source {
@@ -89,10 +145,33 @@ impl Source {
             Source::Files(path) => {
                 let expanded = files::expand_paths(std::slice::from_ref(path))
                     .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                let (manifests, diagnostics) =
-                    files::load_files(&expanded).map_err(|e| ServeError::Invalid(e.to_string()))?;
+                let mut overlays = Vec::new();
+                let mut manifest_files = Vec::new();
+                for file in expanded {
+                    let inner = file
+                        .strip_prefix(path)
+                        .ok()
+                        .and_then(|p| p.to_str())
+                        .and_then(overlay_cluster);
+                    match inner {
+                        Some(cluster) => {
+                            let bytes = std::fs::read(&file).map_err(|e| {
+                                ServeError::Invalid(format!("{}: {e}", file.display()))
+                            })?;
+                            overlays.push((file.display().to_string(), cluster, bytes));
+                        }
+                        None => manifest_files.push(file),
+                    }
+                }
+                let (manifests, diagnostics) = files::load_files(&manifest_files)
+                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
                 Ok((
-                    desired_from(&manifests, diagnostics, &path.display().to_string())?,
+                    desired_from(
+                        &manifests,
+                        diagnostics,
+                        &overlays,
+                        &path.display().to_string(),
+                    )?,
                     String::new(),
                 ))
             }
@@ -135,23 +214,33 @@ impl Source {
         }
     }
 
-    /// Commits a durable rollback (Git only): the Rollout's image back to the good one, on the
-    /// watched branch or, with `proposeOnly`, on a branch of its own. Returns the commit and the
-    /// branch, or None when Git already says it.
-    pub fn commit_revert(&self, revert: &Revert) -> Result<Option<(String, String)>, ServeError> {
+    /// Commits a durable change (Git only) on the watched branch or, with `proposeOnly`, on a
+    /// branch of its own, as the controller's identity, never forced (re-applied on a moved
+    /// head). Returns the commit and the branch, or None when Git already says it.
+    pub fn commit_change(
+        &self,
+        change: &GitChange,
+    ) -> Result<Option<(String, String)>, ServeError> {
         let Source::Git(git) = self else {
             return Ok(None);
         };
         let branch = if git.config.propose_only {
-            revert.proposal_branch.clone()
+            change.proposal_branch.clone()
         } else {
             git.config.branch.clone()
         };
         let prefix = git.config.path.trim_matches('/').to_owned();
+        let message = format!(
+            "{}\n\nCommitted by the Flotilla controller {} <{}>.\n\n{}",
+            change.body.trim_end(),
+            git.identity.name,
+            git.identity.email,
+            change.trailers
+        );
         let checkout = git.checkout.lock().expect("checkout lock");
         let pushed = checkout
-            .push_change(&branch, &git.identity, &revert.message, |files| {
-                Ok(revert_files(files, &prefix, revert))
+            .push_change(&branch, &git.identity, &message, |files| {
+                edit_files(files, &prefix, change)
             })
             .map_err(|e| ServeError::Io(e.to_string()))?;
         Ok(match pushed {
@@ -167,9 +256,18 @@ impl GitSource {
             .files(head, &self.config.path)
             .map_err(|e| ServeError::Invalid(e.to_string()))?;
         let short = &head[..head.len().min(12)];
+        let prefix = self.config.path.trim_matches('/');
         let mut manifests = Vec::new();
         let mut diagnostics = Vec::new();
+        let mut overlays = Vec::new();
         for (path, bytes) in files.iter().filter(|(p, _)| is_manifest(p)) {
+            let inner = path
+                .strip_prefix(prefix)
+                .map_or(path.as_str(), |p| p.trim_start_matches('/'));
+            if let Some(cluster) = overlay_cluster(inner) {
+                overlays.push((format!("{path}@{short}"), cluster, bytes.clone()));
+                continue;
+            }
             let load = manifest::load_bytes(&format!("{path}@{short}"), bytes);
             manifests.extend(load.manifests);
             diagnostics.extend(load.diagnostics);
@@ -177,6 +275,7 @@ impl GitSource {
         desired_from(
             &manifests,
             diagnostics,
+            &overlays,
             &format!("{}@{short}:{}", self.config.url, self.config.path),
         )
     }
@@ -186,10 +285,129 @@ fn is_manifest(path: &str) -> bool {
     path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")
 }
 
-/// The edit of a durable rollback, applied to the files at the branch's head (again on a new
-/// head after a non-fast-forward): in each manifest under `prefix` that holds the Rollout with
-/// the bad image, the bad image becomes the good one. Returns whether anything changed.
-fn revert_files(files: &mut BTreeMap<String, Vec<u8>>, prefix: &str, revert: &Revert) -> bool {
+/// The cluster an overlay file is for: `clusters/<cluster>.yaml` (or `.yml`, `.json`) directly
+/// under the manifests' directory.
+fn overlay_cluster(inner: &str) -> Option<String> {
+    let name = inner.strip_prefix("clusters/")?;
+    if name.contains('/') || !is_manifest(name) {
+        return None;
+    }
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    (!stem.is_empty()).then(|| stem.to_owned())
+}
+
+/// An overlay file as written.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OverlayFile {
+    rollout: String,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    pin: Option<PinFile>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PinFile {
+    rejects: String,
+    image: String,
+}
+
+/// The edit of a durable change, applied to the files at the branch's head (again on a new
+/// head after a non-fast-forward). Returns whether anything changed.
+fn edit_files(
+    files: &mut BTreeMap<String, Vec<u8>>,
+    prefix: &str,
+    change: &GitChange,
+) -> Result<bool, String> {
+    match &change.edit {
+        Edit::Revert {
+            bad_image,
+            good_image,
+        } => Ok(revert_files(
+            files,
+            prefix,
+            &change.rollout,
+            bad_image,
+            good_image,
+        )),
+        Edit::Pin { clusters } => {
+            let mut changed = false;
+            for (cluster, image) in clusters {
+                let path = if prefix.is_empty() {
+                    format!("clusters/{cluster}.yaml")
+                } else {
+                    format!("{prefix}/clusters/{cluster}.yaml")
+                };
+                let before = files.get(&path).cloned();
+                let text = match &before {
+                    Some(bytes) => String::from_utf8(bytes.clone())
+                        .map_err(|_| format!("{path} is not UTF-8"))?,
+                    None => String::new(),
+                };
+                let edited = pin_overlay(&text, &path, &change.rollout, &change.revision, image)?;
+                if Some(edited.as_bytes()) != before.as_deref() {
+                    files.insert(path, edited.into_bytes());
+                    changed = true;
+                }
+            }
+            Ok(changed)
+        }
+    }
+}
+
+/// An overlay's text with the controller's pin (one line, `pin: {rejects, image}`) in place of
+/// any earlier one; everything else the file says is kept as written. A new file names the
+/// Rollout; an existing file for another Rollout is refused.
+fn pin_overlay(
+    text: &str,
+    path: &str,
+    rollout: &str,
+    revision: &str,
+    image: &str,
+) -> Result<String, String> {
+    let pin = format!("pin: {{rejects: \"{revision}\", image: \"{image}\"}}\n");
+    if text.trim().is_empty() {
+        return Ok(format!("rollout: {rollout}\n{pin}"));
+    }
+    let (file, _) = parse_located::<OverlayFile>(text, path, "an overlay")
+        .map_err(|e| format!("cannot pin in {path}: {e}"))?;
+    if file.rollout != rollout {
+        return Err(format!(
+            "cannot pin in {path}: it is the overlay of Rollout {:?}, not {rollout:?}",
+            file.rollout
+        ));
+    }
+    // Drop a top-level `pin:` entry (its line and the more-indented lines under it).
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        let top_level = !line.starts_with([' ', '\t']) && !line.trim().is_empty();
+        if top_level {
+            skipping = line.starts_with("pin:");
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(format!("{out}{pin}"))
+}
+
+/// In each manifest under `prefix` that holds the Rollout with the bad image, the bad image
+/// becomes the good one. Returns whether anything changed.
+fn revert_files(
+    files: &mut BTreeMap<String, Vec<u8>>,
+    prefix: &str,
+    rollout: &str,
+    bad_image: &str,
+    good_image: &str,
+) -> bool {
     let mut changed = false;
     for (path, bytes) in files.iter_mut() {
         let inside = prefix.is_empty() || path.starts_with(&format!("{prefix}/"));
@@ -198,10 +416,10 @@ fn revert_files(files: &mut BTreeMap<String, Vec<u8>>, prefix: &str, revert: &Re
         }
         let holds = manifest::load_bytes(path, bytes).manifests.iter().any(|m| {
             matches!(&m.manifest, Manifest::Rollout(r)
-                if r.metadata.name.as_deref() == Some(revert.rollout.as_str())
+                if r.metadata.name.as_deref() == Some(rollout)
                     && r.spec.template.as_ref().and_then(|t| t.spec.as_ref())
                         .and_then(|s| s.containers.first())
-                        .and_then(|c| c.image.as_deref()) == Some(revert.bad_image.as_str()))
+                        .and_then(|c| c.image.as_deref()) == Some(bad_image))
         });
         if !holds {
             continue;
@@ -209,7 +427,7 @@ fn revert_files(files: &mut BTreeMap<String, Vec<u8>>, prefix: &str, revert: &Re
         let Ok(text) = String::from_utf8(bytes.clone()) else {
             continue;
         };
-        let edited = text.replace(&revert.bad_image, &revert.good_image);
+        let edited = text.replace(bad_image, good_image);
         if edited != text {
             *bytes = edited.into_bytes();
             changed = true;
@@ -218,11 +436,57 @@ fn revert_files(files: &mut BTreeMap<String, Vec<u8>>, prefix: &str, revert: &Re
     changed
 }
 
+/// An overlay as read: (file, cluster, Rollout, overlay).
+type ParsedOverlay = (String, String, String, ClusterOverlay);
+
+/// Parses the overlay files: (display path, cluster, bytes) → (cluster, Rollout, overlay), or
+/// errors naming file, line and field path.
+fn parse_overlays(files: &[(String, String, Vec<u8>)]) -> (Vec<ParsedOverlay>, Vec<String>) {
+    let mut overlays = Vec::new();
+    let mut errors = Vec::new();
+    for (path, cluster, bytes) in files {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            errors.push(format!("{path}: an overlay must be UTF-8"));
+            continue;
+        };
+        match parse_located::<OverlayFile>(text, path, "an overlay") {
+            Ok((file, locations)) => {
+                let at = |field: &str, message: String| {
+                    flotilla_agent::ConfigError::at(path, &locations, field, message).to_string()
+                };
+                if file.image.as_deref().is_some_and(|i| i.trim().is_empty()) {
+                    errors.push(at("image", "the image is empty".into()));
+                    continue;
+                }
+                if let Some(pin) = &file.pin
+                    && (pin.image.trim().is_empty() || pin.rejects.trim().is_empty())
+                {
+                    errors.push(at("pin", "a pin needs `rejects` and `image`".into()));
+                    continue;
+                }
+                let overlay = ClusterOverlay {
+                    image: file.image,
+                    args: file.args,
+                    env: file.env,
+                    pin: file.pin.map(|p| Pin {
+                        rejects: p.rejects,
+                        image: p.image,
+                    }),
+                };
+                overlays.push((path.clone(), cluster.clone(), file.rollout, overlay));
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    (overlays, errors)
+}
+
 /// Every FleetRollout of a set of manifests with its Fleet, Rollout and templates. Lint errors
 /// refuse the whole set (file, line, field path), as do clusters the daemon cannot drive.
 pub fn desired_from(
     manifests: &[LoadedManifest],
     mut diagnostics: Vec<Diagnostic>,
+    overlay_files: &[(String, String, Vec<u8>)],
     origin: &str,
 ) -> Result<Vec<Desired>, ServeError> {
     diagnostics.extend(lint::lint(manifests, Options::default()));
@@ -261,11 +525,37 @@ pub fn desired_from(
             _ => {}
         }
     }
-    let errors: Vec<String> = diagnostics
+    let (overlays, overlay_errors) = parse_overlays(overlay_files);
+    let mut errors: Vec<String> = diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .map(|d| d.to_string())
         .collect();
+    errors.extend(overlay_errors);
+    // Each overlay names a Rollout some FleetRollout drives, on a cluster of that fleet.
+    for (path, cluster, rollout, _) in &overlays {
+        let driven: Vec<&FleetRollout> = fleet_rollouts
+            .iter()
+            .filter(|f| &f.spec.rollout == rollout)
+            .collect();
+        if driven.is_empty() {
+            errors.push(format!(
+                "{path}: rollout: no FleetRollout drives a Rollout named {rollout:?}"
+            ));
+            continue;
+        }
+        let known = driven.iter().any(|f| {
+            fleets.iter().any(|fleet| {
+                fleet.metadata.name.as_deref() == Some(f.spec.fleet.as_str())
+                    && fleet.spec.clusters.iter().any(|c| &c.name == cluster)
+            })
+        });
+        if !known {
+            errors.push(format!(
+                "{path}: the file names cluster {cluster:?}, which is in no Fleet of Rollout {rollout:?} (overlays are clusters/<cluster>.yaml)"
+            ));
+        }
+    }
     if !errors.is_empty() {
         return Err(ServeError::Invalid(format!(
             "the manifests are invalid; nothing was started:\n{}",
@@ -290,13 +580,268 @@ pub fn desired_from(
             .cloned();
         // Lint has already reported missing references as errors.
         if let (Some(fleet), Some(rollout)) = (fleet, rollout) {
+            let overlays = overlays
+                .iter()
+                .filter(|(_, _, r, _)| *r == fleet_rollout.spec.rollout)
+                .map(|(_, c, _, o)| (c.clone(), o.clone()))
+                .collect();
             desired.push(Desired {
                 fleet,
                 fleet_rollout,
                 rollout,
                 templates: templates.clone(),
+                overlays,
             });
         }
     }
     Ok(desired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    use crate::controller::config::SourceConfig;
+
+    fn sh(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "Dev")
+            .env("GIT_AUTHOR_EMAIL", "dev@example.test")
+            .env("GIT_COMMITTER_NAME", "Dev")
+            .env("GIT_COMMITTER_EMAIL", "dev@example.test")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn manifests() -> String {
+        let controls: Vec<String> = (0..4)
+            .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
+            .collect();
+        crate::demo::manifests(&controls, 1.0)
+    }
+
+    /// A bare remote with the demo fleet under fleets/payments/ (plus `extra` files), and a
+    /// developer's clone of it.
+    fn repository(root: &Path, extra: &[(&str, &str)]) -> (std::path::PathBuf, std::path::PathBuf) {
+        let work = root.join("work");
+        std::fs::create_dir_all(work.join("fleets/payments/clusters")).unwrap();
+        std::fs::write(work.join("fleets/payments/manifests.yaml"), manifests()).unwrap();
+        for (path, text) in extra {
+            std::fs::write(work.join(path), text).unwrap();
+        }
+        sh(&work, &["init", "-q", "-b", "main"]);
+        sh(&work, &["add", "."]);
+        sh(&work, &["commit", "-q", "-m", "payments fleet"]);
+        sh(root, &["init", "-q", "--bare", "-b", "main", "fleet.git"]);
+        sh(&work, &["push", "-q", "../fleet.git", "main"]);
+        sh(&work, &["remote", "add", "origin", "../fleet.git"]);
+        (root.join("fleet.git"), work)
+    }
+
+    fn open(root: &Path, bare: &Path, propose_only: bool) -> Source {
+        Source::open(&SourceConfig::Git {
+            git: GitConfig {
+                url: bare.display().to_string(),
+                branch: "main".into(),
+                path: "fleets/payments".into(),
+                interval: None,
+                propose_only,
+                identity: None,
+                correct_drift: false,
+            },
+            interval_ms: 1000,
+            cache: root.join("cache"),
+        })
+        .unwrap()
+    }
+
+    fn pin_change(revision: &str) -> GitChange {
+        GitChange {
+            rollout: "payment-api".into(),
+            revision: revision.into(),
+            edit: Edit::Pin {
+                clusters: vec![("prod-us-east".into(), "payment-api:1.8.3".into())],
+            },
+            body: "flotilla: pin prod-us-east of payment-api to payment-api:1.8.3".into(),
+            trailers: "Flotilla-Cluster: prod-us-east\nFlotilla-Metric: latency-p95=[0.31]\n"
+                .into(),
+            proposal_branch: format!("flotilla/pin-payment-api-{revision}"),
+        }
+    }
+
+    #[test]
+    fn overlays_are_read_per_cluster_and_bad_ones_name_file_line_and_field() {
+        let root = tempfile::tempdir().unwrap();
+        let good = "rollout: payment-api\nimage: payment-api:1.8.2\nenv: {DB_POOL: \"32\"}\n";
+        let (bare, work) = repository(
+            root.path(),
+            &[("fleets/payments/clusters/prod-ap-south.yaml", good)],
+        );
+        let source = open(root.path(), &bare, false);
+        let (desired, _) = source.load().unwrap();
+        let overlay = &desired[0].overlays["prod-ap-south"];
+        assert_eq!(overlay.image.as_deref(), Some("payment-api:1.8.2"));
+        assert_eq!(overlay.env["DB_POOL"], "32");
+        // A misspelt field: refused with file, line and field; nothing applied.
+        let path = work.join("fleets/payments/clusters/prod-ap-south.yaml");
+        std::fs::write(
+            &path,
+            "rollout: payment-api\nenv: {DB_POOL: \"32\"}\nimgae: x\n",
+        )
+        .unwrap();
+        sh(&work, &["commit", "-q", "-am", "typo"]);
+        sh(&work, &["push", "-q", "origin", "main"]);
+        let error = source.poll().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("fleets/payments/clusters/prod-ap-south.yaml@")
+                && error.contains(":3:")
+                && error.contains("imgae"),
+            "{error}"
+        );
+        // A cluster no Fleet has, and a value of the wrong type.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-mars.yaml"),
+            "rollout: payment-api\nimage: payment-api:1.8.2\n",
+        )
+        .unwrap();
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-us-east.yaml"),
+            "rollout: payment-api\nargs: [\"--x\"]\nenv: {A: [1]}\n",
+        )
+        .unwrap();
+        sh(&work, &["add", "-A"]);
+        sh(&work, &["commit", "-q", "-m", "more"]);
+        sh(&work, &["push", "-q", "origin", "main"]);
+        let error = source.poll().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("prod-mars.yaml@") && error.contains("cluster \"prod-mars\""),
+            "{error}"
+        );
+        assert!(
+            error.contains("prod-us-east.yaml@")
+                && error.contains(":3:")
+                && error.contains("env.A"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_pin_follows_a_human_commit_landing_between_fetch_and_push_and_keeps_it() {
+        let root = tempfile::tempdir().unwrap();
+        let human = "rollout: payment-api\nenv: {DB_POOL: \"16\"}\n";
+        let (bare, work) = repository(
+            root.path(),
+            &[("fleets/payments/clusters/prod-us-east.yaml", human)],
+        );
+        let source = open(root.path(), &bare, false);
+        let Source::Git(git) = &source else {
+            unreachable!()
+        };
+        let change = pin_change("abc123");
+        let mut calls = 0;
+        let checkout = git.checkout.lock().unwrap();
+        checkout
+            .push_change("main", &git.identity, "pin", |files| {
+                calls += 1;
+                if calls == 1 {
+                    // A teammate edits the same overlay after our fetch.
+                    std::fs::write(
+                        work.join("fleets/payments/clusters/prod-us-east.yaml"),
+                        "rollout: payment-api\nenv: {DB_POOL: \"24\"}\n# tuned by hand\n",
+                    )
+                    .unwrap();
+                    sh(&work, &["commit", "-q", "-am", "a teammate's tuning"]);
+                    sh(&work, &["push", "-q", "origin", "main"]);
+                }
+                edit_files(files, "fleets/payments", &change)
+            })
+            .unwrap();
+        drop(checkout);
+        assert_eq!(calls, 2, "the pin was applied again on the new head");
+        assert_eq!(
+            sh(&bare, &["log", "-1", "--format=%s", "main~1"]),
+            "a teammate's tuning"
+        );
+        let text = sh(
+            &bare,
+            &["show", "main:fleets/payments/clusters/prod-us-east.yaml"],
+        );
+        assert_eq!(
+            text,
+            "rollout: payment-api\nenv: {DB_POOL: \"24\"}\n# tuned by hand\npin: {rejects: \"abc123\", image: \"payment-api:1.8.3\"}"
+        );
+        let (desired, _) = source.load().unwrap();
+        let overlay = &desired[0].overlays["prod-us-east"];
+        assert_eq!(overlay.env["DB_POOL"], "24");
+        assert_eq!(overlay.pinned_image("abc123"), Some("payment-api:1.8.3"));
+        assert_eq!(overlay.pinned_image("fixed"), None);
+        // Pinning again replaces the pin, never duplicates it.
+        source
+            .commit_change(&pin_change("def456"))
+            .unwrap()
+            .unwrap();
+        let text = sh(
+            &bare,
+            &["show", "main:fleets/payments/clusters/prod-us-east.yaml"],
+        );
+        assert_eq!(text.matches("pin:").count(), 1, "{text}");
+        assert!(text.contains("def456"), "{text}");
+    }
+
+    #[test]
+    fn propose_only_writes_the_pin_to_a_branch_and_an_unreachable_remote_is_a_clear_error() {
+        let root = tempfile::tempdir().unwrap();
+        let (bare, _work) = repository(root.path(), &[]);
+        let source = open(root.path(), &bare, true);
+        let main = sh(&bare, &["rev-parse", "main"]);
+        let (commit, branch) = source
+            .commit_change(&pin_change("abc123"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(branch, "flotilla/pin-payment-api-abc123");
+        assert_eq!(sh(&bare, &["rev-parse", "main"]), main, "main untouched");
+        assert_eq!(sh(&bare, &["rev-parse", &branch]), commit);
+        let message = sh(&bare, &["log", "-1", "--format=%B", &branch]);
+        assert!(
+            message.contains("Committed by the Flotilla controller flotilla-controller")
+                && message.ends_with("Flotilla-Metric: latency-p95=[0.31]"),
+            "{message}"
+        );
+        assert!(
+            sh(
+                &bare,
+                &[
+                    "show",
+                    &format!("{branch}:fleets/payments/clusters/prod-us-east.yaml")
+                ]
+            )
+            .starts_with("rollout: payment-api\npin: ")
+        );
+        // The remote goes away: a clear error, nothing pushed; back again: pushed.
+        let away = root.path().join("away.git");
+        std::fs::rename(&bare, &away).unwrap();
+        let error = source
+            .commit_change(&pin_change("def456"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("fleet.git"), "{error}");
+        std::fs::rename(&away, &bare).unwrap();
+        assert!(
+            source
+                .commit_change(&pin_change("def456"))
+                .unwrap()
+                .is_some()
+        );
+    }
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::http::StatusCode;
 use flotilla_agent::adapter::BuiltinProvider;
 use flotilla_agent::loadgen::{self, Target};
-use flotilla_agent::stats::BUCKET_SECONDS;
 use flotilla_agent::{Agent, AgentClient, AgentConfig};
 use flotilla_core::analysis::compare::{baseline_variables, measure};
 use flotilla_core::analysis::{Condition, MeasureRequest, Outcome, measurement_verdict_with};
@@ -86,11 +85,11 @@ subsets:
     .unwrap();
     let agent = Agent::start(config, None).await.unwrap();
     let client = AgentClient::new(format!("http://{}", agent.control_addr())).unwrap();
-    // Stable only until a bucket boundary at least 10 s away (the reference), then half the
-    // traffic on the canary for 20 s (the run).
-    let now_s = unix_ms() / 1000;
-    let run_start_s = ((now_s as u64 + 10).div_ceil(BUCKET_SECONDS) * BUCKET_SECONDS) as i64;
-    let seconds = (run_start_s + 20 - now_s) as u64;
+    // Stable only for 10 s (the reference), then half the traffic on the canary for 15 s (the
+    // run). Windows are read in whole 10-second buckets: the reference may take in a few seconds
+    // of the run's stable traffic, which behaves the same.
+    let run_start_s = unix_ms() / 1000 + 10;
+    let seconds = 25;
     let load = tokio::spawn({
         let url = format!("http://{}/judged", agent.router_addr());
         async move {

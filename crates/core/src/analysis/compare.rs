@@ -751,6 +751,25 @@ pub fn baseline_variables(metadata: &BTreeMap<String, String>) -> BTreeMap<Strin
         .collect()
 }
 
+/// The reference a calibrated measurement was judged against, in words, for its message (and
+/// so for the audit log): where it came from and the values the conditions could read.
+pub fn baseline_summary(metadata: &BTreeMap<String, String>) -> String {
+    let values: Vec<String> = metadata
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix("baseline.")?;
+            (name != "source").then(|| format!("{name}={v}"))
+        })
+        .collect();
+    format!(
+        "baseline from {}: {}",
+        metadata
+            .get("baseline.source")
+            .map_or("the reference", String::as_str),
+        values.join(", ")
+    )
+}
+
 /// Takes one measurement through `measurer`, composing the reads of a composite metric.
 pub async fn measure<M: Measurer>(measurer: &M, request: &MeasureRequest) -> Outcome {
     match reads(request) {

@@ -261,6 +261,24 @@ fn conditions_read_the_baseline_only_when_calibrated() {
         run.assess(&plan, 1)
     };
     assert_eq!(verdict(0.23), AnalysisPhase::Successful);
+    let mut run = Run::new(&plan, 0);
+    run.poll_due(&plan, 0);
+    run.handle_outcome(
+        &plan,
+        0,
+        1,
+        Outcome::Value {
+            result: MetricResult::Vector(vec![0.21]),
+            metadata: BTreeMap::from([
+                ("baseline.p95".to_owned(), "0.2".to_owned()),
+                ("baseline.source".to_owned(), "the stable subset".to_owned()),
+            ]),
+        },
+    );
+    assert_eq!(
+        run.metrics[0].measurements[0].message, "baseline from the stable subset: p95=0.2",
+        "the verdict records its reference"
+    );
     assert_eq!(verdict(0.25), AnalysisPhase::Failed);
     let uncalibrated = metric(json!({"name": "p95",
         "successCondition": "result[0] <= baseline.p95 * 1.2",

@@ -370,13 +370,15 @@ impl Run {
                     measurement_verdict(metric.success.as_ref(), metric.failure.as_ref(), &result)
                 };
                 let evidence = result.is_evidence();
-                (
-                    phase,
-                    result.to_argo_string(),
-                    error.unwrap_or_default(),
-                    metadata,
-                    evidence,
-                )
+                let message = match error {
+                    Some(error) => error,
+                    // A calibrated verdict records the reference it was judged against.
+                    None if metric.baseline.is_some() => {
+                        super::compare::baseline_summary(&metadata)
+                    }
+                    None => String::new(),
+                };
+                (phase, result.to_argo_string(), message, metadata, evidence)
             }
             Outcome::Decided {
                 phase,

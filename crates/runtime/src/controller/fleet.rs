@@ -1151,7 +1151,12 @@ impl FleetController {
                                 count: m.count,
                                 failed: m.failed,
                                 value: last.map(|x| x.value.clone()),
-                                message: last.map(|x| x.message.clone()).filter(|t| !t.is_empty()),
+                                // Still waiting for enough evidence: say why.
+                                message: if m.waiting.is_empty() {
+                                    last.map(|x| x.message.clone()).filter(|t| !t.is_empty())
+                                } else {
+                                    Some(format!("waiting: {}", m.waiting))
+                                },
                             }
                         })
                         .collect(),

@@ -77,12 +77,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             Output::Text => {
                 writeln!(
                     stdout,
-                    "{runs} runs from seed {} per judge; bounds are exact 95% (Clopper-Pearson)",
+                    "{runs} runs from seed {} per judge; bounds are exact 95% (Clopper-Pearson); detection times and requests are medians",
                     args.seed
                 )?;
                 writeln!(
                     stdout,
-                    "{:<12} {:>8} {:>16} {:>10} {:>9} {:>14} {:>12} {:>12} {:>12}",
+                    "{:<12} {:>8} {:>18} {:>9} {:>9} {:>9} {:>11} {:>12} {:>14} {:>12}",
                     "judge",
                     "healthy",
                     "false rollbacks",
@@ -91,12 +91,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                     "detected",
                     "power lower",
                     "detect (s)",
+                    "detect (req)",
                     "bad req/run"
                 )?;
                 for r in &reports {
                     writeln!(
                         stdout,
-                        "{:<12} {:>8} {:>16} {:>10.4} {:>9} {:>14} {:>12.4} {:>12} {:>12.0}",
+                        "{:<12} {:>8} {:>18} {:>9.4} {:>9} {:>9} {:>11.4} {:>12} {:>14} {:>12.0}",
                         r.judge,
                         r.healthy,
                         format!("{} ({} undecided)", r.false_rollbacks, r.healthy_undecided),
@@ -104,8 +105,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                         r.regressed,
                         r.detected,
                         r.power_lower,
-                        r.mean_detection_seconds
+                        r.median_detection_seconds
                             .map_or_else(|| "-".to_owned(), |s| format!("{s:.0}")),
+                        r.median_detection_requests
+                            .map_or_else(|| "-".to_owned(), |n| format!("{n:.0}")),
                         r.mean_bad_requests
                     )?;
                 }

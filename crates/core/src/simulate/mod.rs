@@ -87,6 +87,8 @@ pub struct ClusterReport {
     pub failure: Option<FailureReport>,
     /// The new version's requests that failed or missed the latency objective.
     pub bad_requests: u64,
+    /// Requests the new version served.
+    pub new_requests: u64,
 }
 
 /// A failure of a [`ClusterReport`].
@@ -118,6 +120,7 @@ struct World<'a> {
     new_revisions: Vec<RevisionNumber>,
     buckets: traffic::Series,
     bad_requests: f64,
+    new_requests: f64,
 }
 
 /// Answers one plain `builtin` read from the synthetic traffic of `series`, over the window
@@ -271,6 +274,7 @@ pub fn run_observed(
                     new_revisions: Vec::new(),
                     buckets: traffic::Series::new(keep),
                     bad_requests: 0.0,
+                    new_requests: 0.0,
                 },
             )
         })
@@ -445,6 +449,7 @@ pub fn run_observed(
             };
             for bucket in new_buckets {
                 world.bad_requests += bucket.bad_requests(objective);
+                world.new_requests += f64::from(bucket.requests);
             }
             world.buckets.push(now, stable_bucket, canary_bucket);
         }
@@ -514,6 +519,7 @@ pub fn run_observed(
                     message: f.message.clone(),
                 }),
                 bad_requests: worlds[name].bad_requests.round() as u64,
+                new_requests: worlds[name].new_requests.round() as u64,
             }
         })
         .collect();
@@ -678,8 +684,10 @@ pub struct JudgeReport {
     pub detected: u64,
     /// Lower 95% bound of the detection rate (power).
     pub power_lower: f64,
-    /// Mean seconds from a regressed cluster's start to its rollback.
-    pub mean_detection_seconds: Option<f64>,
+    /// Median seconds from a regressed cluster's start to its rollback.
+    pub median_detection_seconds: Option<f64>,
+    /// Median requests the new version served in a regressed cluster before its rollback.
+    pub median_detection_requests: Option<f64>,
     /// Mean bad requests served by the new version per run.
     pub mean_bad_requests: f64,
     /// Per cluster: outcome counts.
@@ -693,6 +701,19 @@ fn regressed(cluster: &ScenarioCluster) -> bool {
         c.error_rate > cluster.stable.error_rate * 1.001
             || c.latency.p95 > cluster.stable.latency.p95 * 1.001
             || c.latency.p50 > cluster.stable.latency.p50 * 1.001
+    })
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
     })
 }
 
@@ -766,11 +787,12 @@ pub fn compare_judges(
             regressed: 0,
             detected: 0,
             power_lower: 0.0,
-            mean_detection_seconds: None,
+            median_detection_seconds: None,
+            median_detection_requests: None,
             mean_bad_requests: 0.0,
             clusters: BTreeMap::new(),
         };
-        let (mut detection_time, mut bad) = (0.0, 0u64);
+        let (mut detection_times, mut detection_requests, mut bad) = (Vec::new(), Vec::new(), 0u64);
         for i in 0..runs {
             let run = run(&judged, seed + i)?;
             for cluster in &run.clusters {
@@ -792,8 +814,9 @@ pub fn compare_judges(
                         if let (Some(start), Some(decided)) =
                             (cluster.started_at, cluster.decided_at)
                         {
-                            detection_time += decided - start;
+                            detection_times.push(decided - start);
                         }
+                        detection_requests.push(cluster.new_requests as f64);
                     }
                 } else {
                     report.healthy += 1;
@@ -807,8 +830,8 @@ pub fn compare_judges(
         }
         report.false_rollback_upper = clopper_pearson(report.false_rollbacks, report.healthy).1;
         report.power_lower = clopper_pearson(report.detected, report.regressed).0;
-        report.mean_detection_seconds =
-            (report.detected > 0).then(|| detection_time / report.detected as f64);
+        report.median_detection_seconds = median(&mut detection_times);
+        report.median_detection_requests = median(&mut detection_requests);
         report.mean_bad_requests = if runs == 0 {
             0.0
         } else {

@@ -120,6 +120,11 @@ impl Lab {
             controls.push(format!("http://{}", json_field(&line, "control")));
             agents.push(child);
         }
+        // Traffic must find the stable version ready: a load started while the agents' first
+        // replicas still come up would see the router's honest 503s.
+        for control in &controls {
+            wait_stable_ready(control);
+        }
         let manifests = demo::manifests(&controls, speed);
         let controls_kept = controls.clone();
         let source = if extra_config.contains("git:") {
@@ -254,6 +259,40 @@ fn cluster<'a>(
         .flat_map(|w| w.clusters.iter())
         .find(|c| c.name == name)
         .unwrap()
+}
+
+/// Blocks until the agent at `control` reports its stable subset's replicas all ready (a plain
+/// HTTP/1.0 request: the labs are built inside the tests' runtimes).
+fn wait_stable_ready(control: &str) {
+    use std::io::{Read, Write};
+    let addr = control.trim_start_matches("http://");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut answer = String::new();
+        if let Ok(mut stream) = std::net::TcpStream::connect(addr) {
+            let _ = write!(
+                stream,
+                "GET /v1/subsets/stable HTTP/1.0\r\nHost: {addr}\r\n\r\n"
+            );
+            let _ = stream.read_to_string(&mut answer);
+        }
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+        if let Ok(status) = serde_json::from_str::<serde_json::Value>(body)
+            && let (Some(desired), Some(ready)) = (
+                status["desiredReplicas"].as_u64(),
+                status["readyReplicas"].as_u64(),
+            )
+            && desired > 0
+            && ready >= desired
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent at {control} never had its stable replicas ready: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -65,6 +65,33 @@ fn json_field(line: &str, field: &str) -> String {
     value[field].as_str().expect("field").to_owned()
 }
 
+/// Load at 40 requests/s that lasts until [`Load::finish`] (at most ten minutes): as long as the
+/// rollout it accompanies, however slow the machine. A load of a fixed length could end before
+/// the last wave, whose analysis then rightly sees no evidence.
+struct Load {
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<loadgen::Report>,
+}
+
+impl Load {
+    fn start(targets: Vec<Target>) -> Load {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(async move {
+            loadgen::run_until(&targets, 40.0, Duration::from_secs(600), u64::MAX, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap()
+        });
+        Load { stop, run }
+    }
+
+    async fn finish(self) -> loadgen::Report {
+        let _ = self.stop.send(());
+        self.run.await.unwrap()
+    }
+}
+
 /// Four agents and a daemon over one temporary directory.
 struct Lab {
     dir: tempfile::TempDir,
@@ -400,11 +427,7 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
     rt.block_on(async {
         let mut lab = Lab::new(Scenario::Healthy, 2.0, "");
         let targets = lab.targets();
-        let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(100), u64::MAX)
-                .await
-                .unwrap()
-        });
+        let load = Load::start(targets);
         lab.release().await;
         let before = lab
             .wait_for("wave 2 in progress", Duration::from_secs(60), |v| {
@@ -456,7 +479,7 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
             .filter(|e| e.kind == "advance" && e.message.starts_with("prod-eu-west starts"))
             .count();
         assert_eq!(starts, 1, "{history:#?}");
-        let report = load.await.unwrap();
+        let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:#?}");
         assert_eq!(
             report.status_counts.keys().copied().collect::<Vec<_>>(),
@@ -711,9 +734,7 @@ fn the_webhook_names_the_failing_metric() {
             ),
         );
         let targets = lab.targets();
-        let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(60), u64::MAX).await.unwrap()
-        });
+        let load = Load::start(targets);
         lab.release().await;
         lab.wait_for("the halt", Duration::from_secs(60), |v| v.phase == "Halted").await;
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -732,7 +753,7 @@ fn the_webhook_names_the_failing_metric() {
         assert!(generic["body"]["value"].as_str().is_some_and(|v| v.starts_with('[')), "{generic}");
         let text = slack["body"]["text"].as_str().unwrap();
         assert!(text.contains("error-rate") && text.contains("canary-eu-west"), "{text}");
-        load.abort();
+        load.finish().await;
     });
 }
 
@@ -828,11 +849,7 @@ fn a_frozen_cluster_never_stalls_the_others() {
     rt.block_on(async {
         let lab = Lab::new(Scenario::Healthy, 2.0, "");
         let targets: Vec<Target> = lab.targets().into_iter().take(2).collect();
-        let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(70), u64::MAX)
-                .await
-                .unwrap()
-        });
+        let load = Load::start(targets);
         lab.wait_for(
             "the first revision to settle",
             Duration::from_secs(60),
@@ -859,7 +876,7 @@ fn a_frozen_cluster_never_stalls_the_others() {
             elapsed < Duration::from_secs(80),
             "waves 1 and 2 took {elapsed:?}"
         );
-        load.abort();
+        load.finish().await;
     });
 }
 
@@ -887,11 +904,7 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
         )
         .await;
         let targets = lab.targets();
-        let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(150), u64::MAX)
-                .await
-                .unwrap()
-        });
+        let load = Load::start(targets);
         tokio::time::sleep(Duration::from_secs(3)).await;
         let release = |image: &str, from: &str| {
             let path = work.join("fleets/payments/manifests.yaml");
@@ -973,7 +986,7 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
                 "{c:#?}"
             );
         }
-        let report = load.await.unwrap();
+        let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:#?}");
     });
 }
@@ -1005,11 +1018,7 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
         )
         .await;
         let targets = lab.targets();
-        let load = tokio::spawn(async move {
-            loadgen::run(&targets, 40.0, Duration::from_secs(110), u64::MAX)
-                .await
-                .unwrap()
-        });
+        let load = Load::start(targets);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let path = work.join("fleets/payments/manifests.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -1103,7 +1112,7 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
         assert_eq!(git(&bare, &["rev-list", "--count", "main"]), "3");
         let history = lab.client().history("payment-api").await.unwrap();
         assert!(history.iter().any(|e| e.kind == "drift"), "{history:#?}");
-        let report = load.await.unwrap();
+        let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:#?}");
     });
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -344,7 +344,35 @@ pub async fn run(
     duration: Duration,
     max_requests: u64,
 ) -> Result<Report, LoadError> {
+    run_until(
+        targets,
+        rate,
+        duration,
+        max_requests,
+        std::future::pending(),
+    )
+    .await
+}
+
+/// [`run`], which also stops sending once `stop` completes: load that lasts exactly as long as
+/// what it accompanies (a rollout under test), however slow the machine, and never longer than
+/// `duration`.
+pub async fn run_until(
+    targets: &[Target],
+    rate: f64,
+    duration: Duration,
+    max_requests: u64,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<Report, LoadError> {
     let plans = plan(targets, Some(rate))?;
+    let stopped = Arc::new(AtomicBool::new(false));
+    let stopper = {
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            stop.await;
+            stopped.store(true, Ordering::Relaxed);
+        })
+    };
     let client = client(usize::MAX);
     let budget = Arc::new(AtomicU64::new(max_requests));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -357,6 +385,7 @@ pub async fn run(
         let budget = budget.clone();
         let in_flight = in_flight.clone();
         let scheduler_tally = tally.clone();
+        let stopped = stopped.clone();
         schedulers.push(tokio::spawn(async move {
             let tally = scheduler_tally;
             let interval = Duration::from_secs_f64(1.0 / plan.rate);
@@ -364,7 +393,7 @@ pub async fn run(
             let mut k: u32 = 0;
             loop {
                 let due = start + interval * k;
-                if due.duration_since(start) >= duration {
+                if due.duration_since(start) >= duration || stopped.load(Ordering::Relaxed) {
                     break;
                 }
                 if budget
@@ -375,6 +404,9 @@ pub async fn run(
                 }
                 tokio::time::sleep_until(due.into()).await;
                 k += 1;
+                if stopped.load(Ordering::Relaxed) {
+                    break;
+                }
                 let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                     tally.lock().await.report.not_sent += 1;
                     continue;
@@ -399,6 +431,7 @@ pub async fn run(
     for scheduler in schedulers {
         let _ = scheduler.await;
     }
+    stopper.abort();
     let elapsed = start.elapsed().as_secs_f64();
     let mut done = Vec::new();
     for tally in tallies {
@@ -518,6 +551,33 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("connections"), "{err}");
+        server.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_open_loop_run_stops_when_told_and_every_response_is_in() {
+        let server = crate::demo_app::DemoServer::start(crate::demo_app::DemoConfig::default())
+            .await
+            .unwrap();
+        let targets = [Target::new(format!("http://{}/x", server.local_addr()))];
+        let (tell, told) = tokio::sync::oneshot::channel::<()>();
+        let load = tokio::spawn(async move {
+            run_until(&targets, 100.0, Duration::from_secs(60), u64::MAX, async {
+                let _ = told.await;
+            })
+            .await
+            .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tell.send(()).unwrap();
+        let report = tokio::time::timeout(Duration::from_secs(10), load)
+            .await
+            .expect("the run stops well before its 60 s")
+            .unwrap();
+        assert!(report.sent >= 20 && report.sent <= 200, "{report:?}");
+        assert_eq!(report.completed, report.sent, "{report:?}");
+        assert_eq!(report.failed, 0, "{report:?}");
+        assert_eq!(server.requests_served(), report.sent);
         server.shutdown().await;
     }
 }

@@ -3,7 +3,7 @@
 //! Four upstream replicas (`flotilla demo-app` processes, zero latency: two run version 1.0 as
 //! the stable subset, two run 2.0 as the canary) sit behind two proxies with the same weighted
 //! split, canary 20 / stable 80 decided per request, and the same worker count (2: the agent's
-//! runtime has two worker threads, nginx gets `worker_processes 2`):
+//! `router.threads`, nginx's `worker_processes`):
 //!
 //! - the agent: `flotilla agent --config FILE`, the router with fixed endpoints;
 //! - nginx: two `upstream` groups with keep-alive connections and `split_clients` on
@@ -41,7 +41,7 @@ const REPLICAS: [(&str, &str); 4] = [
 ];
 /// The canary's share of requests, percent.
 const CANARY_WEIGHT: u32 = 20;
-/// Worker threads of the agent's runtime (`flotilla_agent::runtime`), and so nginx's workers.
+/// The agent's router threads (`router.threads`), and nginx's `worker_processes`.
 const WORKERS: usize = 2;
 /// Keep-alive connections of the closed-loop runs.
 const CONNECTIONS: usize = 64;
@@ -52,7 +52,7 @@ const RATE: f64 = 2_000.0;
 /// Length of one open-loop run.
 const OPEN_SECONDS: u64 = 5;
 /// How many times each measurement is taken (the median is reported).
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// Child processes, stopped (SIGTERM, then SIGKILL after 5 s) and reaped on drop.
 #[derive(Default)]
@@ -181,7 +181,7 @@ fn agent_config(router: u16, control: u16, upstreams: &[(&str, u16)]) -> String 
     };
     format!(
         "cluster: bench\n\
-         router: {{listen: \"127.0.0.1:{router}\"}}\n\
+         router: {{listen: \"127.0.0.1:{router}\", threads: {WORKERS}}}\n\
          control: {{listen: \"127.0.0.1:{control}\"}}\n\
          weights: {{canary: {CANARY_WEIGHT}}}\n\
          subsets:\n\

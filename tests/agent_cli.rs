@@ -284,6 +284,40 @@ fn a_killed_replica_leaves_routing_and_restarts_and_versions_are_replaced() {
     agent.stop();
 }
 
+/// `router.threads` is what serves: the agent runs exactly that many router threads, and
+/// traffic spread over several connections (handed to them round robin) is all answered.
+#[test]
+fn the_router_serves_on_its_configured_threads() {
+    let dir = TempDir::new("threads");
+    let path = dir.path().join("agent.yaml");
+    let text = config(2, "").replace(
+        "router: {listen: \"127.0.0.1:0\"}",
+        "router: {listen: \"127.0.0.1:0\", threads: 3}",
+    );
+    assert!(text.contains("threads: 3"));
+    std::fs::write(&path, text).unwrap();
+    let mut agent = start(&path);
+    agent.wait_for("stable", "two ready stable replicas", ready(2));
+    agent.wait_for("canary", "a ready canary replica", ready(1));
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", agent.child.id()))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name.starts_with("router-"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["router-0", "router-1", "router-2"]);
+    let report = agent.runtime.block_on(loadgen::run_closed(
+        &[Target::new(format!("{}/work", agent.router))],
+        6,
+        Duration::from_secs(30),
+        600,
+    ));
+    let report = report.unwrap();
+    assert_eq!(report.status_counts.get(&200), Some(&600), "{report:?}");
+    agent.stop();
+}
+
 #[test]
 fn children_die_with_an_agent_killed_by_sigkill() {
     let dir = TempDir::new("sigkill");

@@ -47,6 +47,9 @@ pub enum AgentError {
     /// Signal handling could not be set up.
     #[error("cannot handle signals: {0}")]
     Signals(std::io::Error),
+    /// The router's threads cannot be started.
+    #[error("cannot start the router's threads: {0}")]
+    Threads(std::io::Error),
 }
 
 /// What the control API and the agent share.
@@ -129,13 +132,23 @@ impl Agent {
         shared.apply_workloads(&config, None)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let handler = move |request| router.clone().handle(request);
-        let router_task = tokio::spawn(crate::serve::serve(
-            router_listener,
-            handler,
-            shutdown_rx.clone(),
+        let make_handler = move || {
+            let router = router.clone();
+            let upstreams = crate::router::upstreams();
+            move |request| {
+                let router = router.clone();
+                let upstreams = upstreams.clone();
+                async move { router.handle_with(&upstreams, request).await }
+            }
+        };
+        let workers = crate::serve::Workers::start(
+            config.router.threads,
+            "router",
             Duration::from_secs(10),
-        ));
+            make_handler,
+        )
+        .map_err(AgentError::Threads)?;
+        let router_task = tokio::spawn(workers.accept(router_listener, shutdown_rx.clone()));
         let control_task = tokio::spawn(crate::control::serve(
             shared.clone(),
             control_listener,
@@ -221,7 +234,7 @@ impl Shared {
         let old = self.config.lock().expect("config lock").clone();
         if new.router != old.router || new.control != old.control {
             return Err(AgentError::Reload(
-                "the listen addresses cannot change while the agent runs; restart it".into(),
+                "the listen addresses and the router's threads cannot change while the agent runs; restart it".into(),
             ));
         }
         if new.max_weight != old.max_weight {

@@ -3,7 +3,7 @@
 //!
 //! ```yaml
 //! cluster: eu-west
-//! router: {listen: "127.0.0.1:8080"}
+//! router: {listen: "127.0.0.1:8080", threads: 2}
 //! control: {listen: "127.0.0.1:9090"}
 //! seed: 42
 //! weights: {canary: 0}
@@ -40,8 +40,8 @@ pub const CANARY: &str = "canary";
 pub struct AgentConfig {
     /// The cluster this agent is (the `cluster` label of its metrics).
     pub cluster: String,
-    /// Where the router listens.
-    pub router: Listener,
+    /// Where the router listens, and on how many threads it serves.
+    pub router: RouterListener,
     /// Where the control API listens.
     pub control: Listener,
     /// Seed of the router's random choices (weighted split, mirroring); random when absent.
@@ -68,6 +68,27 @@ pub struct AgentConfig {
 
 fn default_max_weight() -> u32 {
     100
+}
+
+/// The router's listen address and threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouterListener {
+    /// A loopback address and port (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Threads serving the router's connections, each with a single-threaded runtime of its
+    /// own (like nginx's `worker_processes`); 1 to [`MAX_ROUTER_THREADS`].
+    #[serde(default = "default_router_threads")]
+    pub threads: usize,
+}
+
+/// The router's threads when the configuration does not say.
+pub const DEFAULT_ROUTER_THREADS: usize = 2;
+/// The most router threads a configuration may ask for.
+pub const MAX_ROUTER_THREADS: usize = 64;
+
+fn default_router_threads() -> usize {
+    DEFAULT_ROUTER_THREADS
 }
 
 /// A listen address.
@@ -407,17 +428,27 @@ impl AgentConfig {
         if self.cluster.trim().is_empty() {
             return Err(problem("cluster", "the cluster name must not be empty"));
         }
-        for (field, listener) in [
-            ("router.listen", self.router),
-            ("control.listen", self.control),
+        if !(1..=MAX_ROUTER_THREADS).contains(&self.router.threads) {
+            return Err(problem(
+                "router.threads",
+                format!(
+                    "{} router threads: give 1 to {MAX_ROUTER_THREADS} (one per core the router \
+                     may use)",
+                    self.router.threads
+                ),
+            ));
+        }
+        for (field, listen) in [
+            ("router.listen", self.router.listen),
+            ("control.listen", self.control.listen),
         ] {
-            if !listener.listen.ip().is_loopback() {
+            if !listen.ip().is_loopback() {
                 return Err(problem(
                     field,
                     format!(
                         "{} is not a loopback address; the agent listens on loopback only \
                          (127.0.0.1 or ::1)",
-                        listener.listen
+                        listen
                     ),
                 ));
             }
@@ -621,6 +652,7 @@ subsets:
     fn a_good_config_parses_with_defaults() {
         let config = AgentConfig::parse(GOOD, "a.yaml").unwrap();
         assert_eq!(config.max_weight, 100);
+        assert_eq!(config.router.threads, DEFAULT_ROUTER_THREADS);
         let t = config.template_of("canary").unwrap();
         assert_eq!(
             t.argv("1.1", 4000),
@@ -656,6 +688,13 @@ subsets:
             (
                 GOOD.replace("  canary: {version: \"1.1\"}\n", ""),
                 "\"canary\" is missing",
+            ),
+            (
+                GOOD.replace(
+                    "127.0.0.1:0\"}\ncontrol",
+                    "127.0.0.1:0\", threads: 0}\ncontrol",
+                ),
+                "0 router threads",
             ),
             (GOOD.replace("\"{{port}}\"", "\"8080\""), "{{port}}"),
             (

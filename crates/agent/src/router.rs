@@ -9,15 +9,17 @@
 //! table at once, a request reads one snapshot and keeps the endpoint it picked, so a change
 //! never resets a connection or moves a request in flight.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
@@ -368,10 +370,27 @@ pub enum RouterError {
 pub struct Router {
     table: ArcSwap<Table>,
     update: Mutex<()>,
-    endpoints: RwLock<BTreeMap<String, Arc<Endpoints>>>,
+    /// Read per request, written only when a subset is added: a snapshot, not a lock.
+    endpoints: ArcSwap<BTreeMap<String, Arc<Endpoints>>>,
     rng: Mutex<StdRng>,
     stats: Arc<Stats>,
-    client: Client<HttpConnector, ProxyBody>,
+    client: Upstreams,
+}
+
+/// An HTTP client to the upstreams with its own pool of keep-alive connections. The router's
+/// threads each hold one, so a request and the upstream connection it rides on are driven by
+/// the same thread (no cross-thread wakeup per request).
+pub type Upstreams = Client<HttpConnector, ProxyBody>;
+
+/// A new client to the upstreams, with its own connection pool, whose connections are driven
+/// by the runtime it is first used on.
+pub fn upstreams() -> Upstreams {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
 }
 
 impl std::fmt::Debug for Router {
@@ -394,12 +413,7 @@ impl Router {
         seed: u64,
         stats: Arc<Stats>,
     ) -> Result<Router, RouterError> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(10)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+        let client = upstreams();
         let router = Router {
             table: ArcSwap::from_pointee(Table {
                 canary: 0,
@@ -409,7 +423,7 @@ impl Router {
                 generation: 0,
             }),
             update: Mutex::new(()),
-            endpoints: RwLock::new(
+            endpoints: ArcSwap::from_pointee(
                 subsets
                     .iter()
                     .map(|s| (s.clone(), Arc::new(Endpoints::default())))
@@ -431,29 +445,22 @@ impl Router {
 
     /// The subsets this router knows.
     pub fn subsets(&self) -> Vec<String> {
-        self.endpoints
-            .read()
-            .expect("endpoints lock")
-            .keys()
-            .cloned()
-            .collect()
+        self.endpoints.load().keys().cloned().collect()
     }
 
     /// Whether the router knows a subset.
     pub fn has_subset(&self, subset: &str) -> bool {
-        self.endpoints
-            .read()
-            .expect("endpoints lock")
-            .contains_key(subset)
+        self.endpoints.load().contains_key(subset)
     }
 
     /// Adds a subset (with no endpoints) if it is new.
     pub fn add_subset(&self, subset: &str) {
-        self.endpoints
-            .write()
-            .expect("endpoints lock")
-            .entry(subset.to_owned())
-            .or_default();
+        let _update = self.update.lock().expect("update lock");
+        if !self.has_subset(subset) {
+            let mut map = self.endpoints.load().as_ref().clone();
+            map.insert(subset.to_owned(), Arc::new(Endpoints::default()));
+            self.endpoints.store(Arc::new(map));
+        }
         self.stats.ensure(subset);
     }
 
@@ -472,11 +479,13 @@ impl Router {
     }
 
     fn endpoints_of(&self, subset: &str) -> Option<Arc<Endpoints>> {
-        self.endpoints
-            .read()
-            .expect("endpoints lock")
-            .get(subset)
-            .cloned()
+        self.endpoints.load().get(subset).cloned()
+    }
+
+    /// The next endpoint of `subset` not in `skip`; `None` when the subset has none left (or
+    /// is unknown).
+    fn pick(&self, subset: &str, skip: &[SocketAddr]) -> Option<SocketAddr> {
+        self.endpoints.load().get(subset)?.pick(skip)
     }
 
     /// The weights in effect.
@@ -601,19 +610,19 @@ impl Router {
     }
 
     /// Picks the subset for a request and whether (and where) to mirror it.
-    fn choose(&self, headers: &HeaderMap) -> (String, Option<String>) {
+    fn choose(&self, headers: &HeaderMap) -> (Cow<'static, str>, Option<String>) {
         let table = self.table.load();
         let routed = table
             .routes
             .iter()
             .find(|r| r.matches(headers))
-            .map(|r| r.spec.subset.clone());
+            .map(|r| Cow::Owned(r.spec.subset.clone()));
         let mut rng = self.rng.lock().expect("rng lock");
         let subset = routed.unwrap_or_else(|| {
             if rng.random_range(0..table.max) < table.canary {
-                CANARY.to_owned()
+                Cow::Borrowed(CANARY)
             } else {
-                STABLE.to_owned()
+                Cow::Borrowed(STABLE)
             }
         });
         let mirror = table
@@ -629,59 +638,90 @@ impl Router {
 
     /// Answers one request: routes it, proxies it, records it.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+        let client = self.client.clone();
+        self.handle_with(&client, request).await
+    }
+
+    /// [`Router::handle`], proxying through `client` (a router thread's own).
+    pub async fn handle_with(
+        self: Arc<Self>,
+        client: &Upstreams,
+        request: Request<Incoming>,
+    ) -> Response<ProxyBody> {
         let started = Instant::now();
         let (subset, mirror) = self.choose(request.headers());
-        let response = self.forward(&subset, mirror, request).await;
+        let response = self.forward(client, &subset, mirror, request).await;
         let mut response = response;
-        if let Ok(value) = HeaderValue::from_str(&subset) {
+        let value = match &subset {
+            Cow::Borrowed(name) => Ok(HeaderValue::from_static(name)),
+            Cow::Owned(name) => HeaderValue::from_str(name),
+        };
+        if let Ok(value) = value {
             response
                 .headers_mut()
                 .insert(HeaderName::from_static(SUBSET_HEADER), value);
         }
-        if let Some(stats) = self.stats.get(&subset) {
-            stats.record(
-                response.status().as_u16(),
-                started.elapsed(),
-                SystemTime::now(),
-            );
-        }
+        self.stats.record(
+            &subset,
+            response.status().as_u16(),
+            started.elapsed(),
+            SystemTime::now(),
+        );
         response
     }
 
     async fn forward(
         &self,
+        client: &Upstreams,
         subset: &str,
         mirror: Option<String>,
         request: Request<Incoming>,
     ) -> Response<ProxyBody> {
-        let Some(endpoints) = self.endpoints_of(subset) else {
+        if !self.has_subset(subset) {
             return plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("no ready endpoint in subset {subset:?}: the agent has no such subset\n"),
             );
-        };
+        }
         let (parts, body) = request.into_parts();
-        let mut headers = parts.headers.clone();
+        let mut headers = parts.headers;
         strip_hop_by_hop(&mut headers);
+        if !headers.contains_key(header::HOST)
+            && let Some(authority) = parts.uri.authority()
+            && let Ok(v) = HeaderValue::from_str(authority.as_str())
+        {
+            headers.insert(header::HOST, v);
+        }
         let path = parts
             .uri
             .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .unwrap_or_else(|| "/".into());
-        let build = |addr: SocketAddr, body: ProxyBody| -> Option<Request<ProxyBody>> {
-            let uri: Uri = format!("http://{addr}{path}").parse().ok()?;
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        // The headers are moved into the last request built, cloned for the others (a mirror,
+        // a first attempt that may be retried).
+        let mut headers = Some(headers);
+        let build = |addr: SocketAddr,
+                     body: ProxyBody,
+                     headers: &mut Option<HeaderMap>,
+                     last: bool|
+         -> Option<Request<ProxyBody>> {
+            let authority = Authority::try_from(addr.to_string()).ok()?;
+            let uri = Uri::builder()
+                .scheme(Scheme::HTTP)
+                .authority(authority)
+                .path_and_query(path.clone())
+                .build()
+                .ok()?;
             let mut req = Request::builder()
                 .method(parts.method.clone())
                 .uri(uri)
                 .body(body)
                 .ok()?;
-            *req.headers_mut() = headers.clone();
-            if !req.headers().contains_key(header::HOST)
-                && let Some(authority) = parts.uri.authority()
-                && let Ok(v) = HeaderValue::from_str(authority.as_str())
-            {
-                req.headers_mut().insert(header::HOST, v);
-            }
+            *req.headers_mut() = if last {
+                headers.take()?
+            } else {
+                headers.clone()?
+            };
             Some(req)
         };
 
@@ -714,10 +754,10 @@ impl Router {
         };
 
         if let Some(mirror) = mirror
-            && let Some(target) = self.endpoints_of(&mirror).and_then(|e| e.pick(&[]))
-            && let Some(req) = build(target, make_body(&mut None))
+            && let Some(target) = self.pick(&mirror, &[])
+            && let Some(req) = build(target, make_body(&mut None), &mut headers, false)
         {
-            let client = self.client.clone();
+            let client = client.clone();
             tokio::spawn(async move {
                 if let Ok(Ok(response)) =
                     tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await
@@ -730,7 +770,7 @@ impl Router {
 
         let mut tried: Vec<SocketAddr> = Vec::new();
         loop {
-            let Some(addr) = endpoints.pick(&tried) else {
+            let Some(addr) = self.pick(subset, &tried) else {
                 return if tried.is_empty() {
                     plain(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -748,13 +788,15 @@ impl Router {
             };
             tried.push(addr);
             let retryable = body.is_none();
-            let Some(req) = build(addr, make_body(&mut body)) else {
+            // A request with a body is never sent again; nor is a third attempt.
+            let last = !retryable || tried.len() >= 3;
+            let Some(req) = build(addr, make_body(&mut body), &mut headers, last) else {
                 return plain(
                     StatusCode::BAD_REQUEST,
                     format!("cannot forward a request for {path:?}\n"),
                 );
             };
-            match tokio::time::timeout(UPSTREAM_TIMEOUT, self.client.request(req)).await {
+            match tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await {
                 Ok(Ok(response)) => {
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers);
@@ -807,15 +849,18 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
+/// The hop-by-hop headers (RFC 9110 §7.6.1), as names ready to look up (no parsing per
+/// request).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::TRANSFER_ENCODING,
 ];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -829,10 +874,9 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove(header::TRANSFER_ENCODING);
 }
 
 /// A body from bytes.

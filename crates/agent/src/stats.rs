@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -32,7 +33,10 @@ fn unix_seconds(t: SystemTime) -> u64 {
 /// The statistics of every subset of one agent.
 #[derive(Debug, Default)]
 pub struct Stats {
-    subsets: RwLock<BTreeMap<String, Arc<SubsetStats>>>,
+    /// Read per request, written only when a subset is added: a snapshot, not a lock.
+    subsets: ArcSwap<BTreeMap<String, Arc<SubsetStats>>>,
+    /// Serializes additions.
+    adding: Mutex<()>,
 }
 
 impl Stats {
@@ -50,27 +54,34 @@ impl Stats {
         if let Some(s) = self.get(subset) {
             return s;
         }
-        let mut map = self.subsets.write().expect("stats lock");
-        map.entry(subset.to_owned())
-            .or_insert_with(|| Arc::new(SubsetStats::default()))
-            .clone()
+        let _adding = self.adding.lock().expect("stats lock");
+        if let Some(s) = self.get(subset) {
+            return s;
+        }
+        let mut map = self.subsets.load().as_ref().clone();
+        let stats = Arc::new(SubsetStats::default());
+        map.insert(subset.to_owned(), stats.clone());
+        self.subsets.store(Arc::new(map));
+        stats
+    }
+
+    /// Records one answered request of `subset` (nothing when the subset is unknown).
+    pub fn record(&self, subset: &str, status: u16, latency: Duration, now: SystemTime) {
+        if let Some(stats) = self.subsets.load().get(subset) {
+            stats.record(status, latency, now);
+        }
     }
 
     /// The statistics of a subset.
     pub fn get(&self, subset: &str) -> Option<Arc<SubsetStats>> {
-        self.subsets
-            .read()
-            .expect("stats lock")
-            .get(subset)
-            .cloned()
+        self.subsets.load().get(subset).cloned()
     }
 
     /// The Prometheus text exposition of every subset's counters.
     pub fn render_prometheus(&self, cluster: &str, out: &mut String) {
         let subsets: Vec<(String, Arc<SubsetStats>)> = self
             .subsets
-            .read()
-            .expect("stats lock")
+            .load()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();

@@ -234,7 +234,7 @@ impl Shared {
         let old = self.config.lock().expect("config lock").clone();
         if new.router != old.router || new.control != old.control {
             return Err(AgentError::Reload(
-                "the listen addresses and the router's threads cannot change while the agent runs; restart it".into(),
+                "the listen addresses cannot change while the agent runs, nor the router's threads; restart it".into(),
             ));
         }
         if new.max_weight != old.max_weight {

@@ -48,34 +48,34 @@ pub(crate) async fn serve<F, Fut, B>(
 {
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
+    accept_until(&listener, &mut shutdown, |stream| {
+        serve_connection(&builder, &graceful, stream, handler.clone());
+    })
+    .await;
+    drop(listener);
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
+/// Accepts connections (with `TCP_NODELAY`) and passes each to `on_stream` until `shutdown`
+/// turns true or its sender goes.
+async fn accept_until(
+    listener: &TcpListener,
+    shutdown: &mut watch::Receiver<bool>,
+    mut on_stream: impl FnMut(tokio::net::TcpStream),
+) {
     loop {
         if *shutdown.borrow() {
             break;
         }
         tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let handler = handler.clone();
-                let service = service_fn(move |request| {
-                    let handler = handler.clone();
-                    async move { Ok::<_, Infallible>(handler(request).await) }
-                });
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    on_stream(stream);
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            },
             changed = shutdown.changed() => {
                 if changed.is_err() {
                     break;
@@ -83,8 +83,33 @@ pub(crate) async fn serve<F, Fut, B>(
             }
         }
     }
-    drop(listener);
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
+/// Serves one connection with `handler` on the current runtime, watched by `graceful`.
+fn serve_connection<F, Fut, B>(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let service = service_fn(move |request| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler(request).await) }
+    });
+    let connection = graceful.watch(
+        builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned(),
+    );
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
 }
 
 /// Threads that serve connections handed to them, each on a single-threaded runtime of its
@@ -134,21 +159,9 @@ impl Workers {
                         let builder = auto::Builder::new(TokioExecutor::new());
                         let graceful = GracefulShutdown::new();
                         while let Some(stream) = streams.recv().await {
-                            let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
-                                continue;
-                            };
-                            let handler = handler.clone();
-                            let service = service_fn(move |request| {
-                                let handler = handler.clone();
-                                async move { Ok::<_, Infallible>(handler(request).await) }
-                            });
-                            let connection = builder
-                                .serve_connection(TokioIo::new(stream), service)
-                                .into_owned();
-                            let connection = graceful.watch(connection);
-                            tokio::spawn(async move {
-                                let _ = connection.await;
-                            });
+                            if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                                serve_connection(&builder, &graceful, stream, handler.clone());
+                            }
                         }
                         let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
                     });
@@ -165,42 +178,22 @@ impl Workers {
     /// finish (or its grace ran out).
     pub(crate) async fn accept(self, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
         let mut next = 0usize;
-        loop {
-            if *shutdown.borrow() {
-                break;
-            }
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(_) => {
-                            // Out of file descriptors and the like: back off instead of spinning.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            continue;
-                        }
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let Ok(stream) = stream.into_std() else {
-                        continue;
-                    };
-                    // A thread that is gone (it panicked) is skipped; the others serve.
-                    let mut stream = Some(stream);
-                    for _ in 0..self.senders.len() {
-                        let sender = &self.senders[next % self.senders.len()];
-                        next = next.wrapping_add(1);
-                        match stream.take().map(|s| sender.send(s)) {
-                            Some(Err(mpsc::error::SendError(back))) => stream = Some(back),
-                            _ => break,
-                        }
-                    }
-                }
-                changed = shutdown.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
+        accept_until(&listener, &mut shutdown, |stream| {
+            let Ok(stream) = stream.into_std() else {
+                return;
+            };
+            // A thread that is gone (it panicked) is skipped; the others serve.
+            let mut stream = Some(stream);
+            for _ in 0..self.senders.len() {
+                let sender = &self.senders[next % self.senders.len()];
+                next = next.wrapping_add(1);
+                match stream.take().map(|s| sender.send(s)) {
+                    Some(Err(mpsc::error::SendError(back))) => stream = Some(back),
+                    _ => break,
                 }
             }
-        }
+        })
+        .await;
         drop(listener);
         drop(self.senders);
         for done in self.done {

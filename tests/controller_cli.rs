@@ -42,21 +42,15 @@ fn first_line(child: &mut Child) -> String {
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.test")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.test")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    flotilla_git::cli::git(
+        dir,
+        args,
+        &flotilla_git::Identity {
+            name: "Dev".into(),
+            email: "dev@example.test".into(),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn json_field(line: &str, field: &str) -> String {

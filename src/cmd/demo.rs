@@ -69,24 +69,11 @@ pub struct DemoArgs {
 
 /// Runs git in `dir` as the demo's developer.
 fn git(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Demo Developer")
-        .env("GIT_AUTHOR_EMAIL", "developer@flotilla.demo")
-        .env("GIT_COMMITTER_NAME", "Demo Developer")
-        .env("GIT_COMMITTER_EMAIL", "developer@flotilla.demo")
-        .output()
-        .context("cannot run git (is it installed?)")?;
-    if !output.status.success() {
-        bail!(
-            "git {} in {}: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    let developer = flotilla_git::Identity {
+        name: "Demo Developer".into(),
+        email: "developer@flotilla.demo".into(),
+    };
+    Ok(flotilla_git::cli::git(dir, args, &developer)?)
 }
 
 /// Creates the demo's repository at `dir`: the bare remote and the developer's clone holding

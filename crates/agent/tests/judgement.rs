@@ -59,6 +59,7 @@ fn request(provider: serde_json::Value, not_before: i64) -> MeasureRequest {
         not_before: Some(not_before),
         step: None,
         baseline: None,
+        reference: None,
         last: false,
     }
 }

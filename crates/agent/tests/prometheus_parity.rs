@@ -156,6 +156,7 @@ fn measure_request(provider: serde_json::Value, at_seconds: u64) -> MeasureReque
         not_before: None,
         step: None,
         baseline: None,
+        reference: None,
         last: false,
     }
 }

@@ -12,6 +12,8 @@
 //! Transports: local paths, `file://` and `git://` (libgit2's own transports). https and ssh are
 //! not built (they would need OpenSSL and libssh2).
 
+pub mod cli;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -43,6 +45,16 @@ pub enum GitError {
     /// The edit refused to apply.
     #[error("the change cannot be applied: {0}")]
     Edit(String),
+    /// The `git` command line failed (see [`cli`]).
+    #[error("git {command} in {dir}: {message}")]
+    Cli {
+        /// The arguments.
+        command: String,
+        /// Where it ran.
+        dir: String,
+        /// git's message.
+        message: String,
+    },
     /// The remote kept moving.
     #[error("the push to {url} was rejected {attempts} times as the branch kept moving")]
     Contended {

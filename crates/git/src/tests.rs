@@ -7,21 +7,15 @@ use std::process::Command;
 use super::*;
 
 fn sh(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Dev")
-        .env("GIT_AUTHOR_EMAIL", "dev@example.test")
-        .env("GIT_COMMITTER_NAME", "Dev")
-        .env("GIT_COMMITTER_EMAIL", "dev@example.test")
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    crate::cli::git(
+        dir,
+        args,
+        &crate::Identity {
+            name: "Dev".into(),
+            email: "dev@example.test".into(),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A bare remote with one commit holding `fleets/payments/rollout.yaml`.

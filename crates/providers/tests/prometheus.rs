@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Reply, poll_until, request, serve};
-use flotilla_core::analysis::{Condition, MeasureRequest, Measurer, MetricResult, Outcome};
+use flotilla_core::analysis::{
+    Condition, MeasureRequest, Measurer, MetricResult, Outcome, compare,
+};
+use flotilla_core::spec::analysis::AnalysisPhase;
 use flotilla_providers::Providers;
 use serde_json::json;
 
@@ -133,6 +136,22 @@ impl PrometheusProcess {
         }
     }
 
+    /// Waits (up to a minute) until Prometheus at `address` answers `/-/ready`.
+    async fn ready(&mut self, address: &str) {
+        let probe = reqwest::Client::new();
+        let ready = format!("{address}/-/ready");
+        poll_until(Duration::from_secs(60), "prometheus /-/ready", || {
+            self.assert_running();
+            let probe = probe.clone();
+            let ready = ready.clone();
+            async move {
+                let response = probe.get(&ready).send().await.ok()?;
+                response.status().is_success().then_some(())
+            }
+        })
+        .await;
+    }
+
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -218,18 +237,7 @@ async fn prometheus_measurements_against_a_real_server() {
     let address = format!("http://127.0.0.1:{port}");
     let mut prometheus = PrometheusProcess::start(&binary, &exporter.to_string(), port);
 
-    let probe = reqwest::Client::new();
-    let ready = format!("{address}/-/ready");
-    poll_until(Duration::from_secs(60), "prometheus /-/ready", || {
-        prometheus.assert_running();
-        let probe = probe.clone();
-        let ready = ready.clone();
-        async move {
-            let response = probe.get(&ready).send().await.ok()?;
-            response.status().is_success().then_some(())
-        }
-    })
-    .await;
+    prometheus.ready(&address).await;
     let ready_after = started.elapsed();
 
     let total_rate = "sum(rate(http_requests_total[10s]))";
@@ -496,5 +504,136 @@ async fn misconfigured_prometheus_metrics_are_errors() {
             Outcome::Error(message) => assert!(message.contains(expected), "{message}"),
             other => panic!("expected an Error for {metric}, got {other:?}"),
         }
+    }
+}
+
+/// Latency gauges per version, moved by a deterministic ±2% wobble each tick: `stable` and
+/// `same` around 0.20 s, `slow` around 0.30 s, and `stepped` at 0.20 s until `step_at`
+/// (milliseconds since the epoch), 0.30 s after.
+fn latency_exposition(tick: u64, now: i64, step_at: i64) -> String {
+    let wobble = |phase: u64| 1.0 + 0.02 * (((tick * 7 + phase * 3) % 11) as f64 / 5.0 - 1.0);
+    let stepped = if now < step_at { 0.20 } else { 0.30 };
+    let mut text = String::from("# TYPE latency_p95_seconds gauge\n");
+    for (i, (version, level)) in [
+        ("stable", 0.20),
+        ("same", 0.20),
+        ("slow", 0.30),
+        ("stepped", stepped),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = writeln!(
+            text,
+            "latency_p95_seconds{{version=\"{version}\"}} {}",
+            level * wobble(i as u64)
+        );
+    }
+    text
+}
+
+/// A `compare` metric (the judge over two series) whose series are Prometheus range queries:
+/// a slower canary against its concurrent stable fails with the judge's statistics, an equal
+/// one passes, and a canary slower than its own reference window before the run fails too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comparison_judges_prometheus_range_queries() {
+    let binary = prometheus_binary();
+    let providers = Providers::new().unwrap();
+    let tick = Arc::new(Mutex::new(0u64));
+    let step_at = Arc::new(Mutex::new(i64::MAX));
+    let (exposed, step) = (tick.clone(), step_at.clone());
+    let exporter = serve(move |_| {
+        let text = {
+            let mut t = exposed.lock().unwrap();
+            *t += 1;
+            latency_exposition(*t, common::now_ms(), *step.lock().unwrap())
+        };
+        async move { Reply::text(200, text) }
+    })
+    .await;
+    let port = common::closed_port();
+    let address = format!("http://127.0.0.1:{port}");
+    let mut prometheus = PrometheusProcess::start(&binary, &exporter.to_string(), port);
+    prometheus.ready(&address).await;
+    let compare = |canary: &str, baseline: &str, reference: serde_json::Value| {
+        let mut c = json!({
+            "canary": {"prometheus": {"address": address, "query": format!("latency_p95_seconds{{version=\"{canary}\"}}")}},
+            "baseline": {"prometheus": {"address": address, "query": format!("latency_p95_seconds{{version=\"{baseline}\"}}")}},
+            "window": "10s", "step": "1s", "minPoints": 8, "direction": "increase",
+        });
+        if !reference.is_null() {
+            c["reference"] = reference;
+        }
+        request(json!({ "compare": c }))
+    };
+    // Ten seconds of scraped data: the first comparison that is not deferred for thin series.
+    let healthy = poll_until(Duration::from_secs(90), "ten seconds of data", || {
+        prometheus.assert_running();
+        let request = compare("same", "stable", serde_json::Value::Null);
+        let providers = providers.clone();
+        async move {
+            match compare::measure(&providers, &request).await {
+                Outcome::Deferred(_) => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    None
+                }
+                other => Some(other),
+            }
+        }
+    })
+    .await;
+    *step_at.lock().unwrap() = common::now_ms();
+    let started = common::now_ms();
+    let (phase, value, message, metadata) = judged(healthy);
+    assert_eq!(
+        (phase, value.as_str()),
+        (AnalysisPhase::Successful, "Pass"),
+        "{message}"
+    );
+    assert!(message.contains("baseline n="), "{message}");
+    assert!(metadata["canaryPoints"].parse::<u32>().unwrap() >= 8);
+    let slow = compare("slow", "stable", serde_json::Value::Null);
+    let (phase, value, message, metadata) = judged(compare::measure(&providers, &slow).await);
+    assert_eq!(
+        (phase, value.as_str()),
+        (AnalysisPhase::Failed, "High"),
+        "{message}"
+    );
+    assert!(message.contains("canary higher"), "{message}");
+    assert!(message.contains("concurrent"), "{message}");
+    let ratio: f64 = metadata["effectSize"].parse().unwrap();
+    assert!((ratio - 1.5).abs() < 0.05, "mean ratio {ratio}");
+    assert!(metadata.contains_key("ci") && metadata.contains_key("estimate"));
+    // The stepped version against its own ten seconds before the run started.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mut own = compare("stepped", "stepped", json!({"beforeStart": "10s"}));
+    own.not_before = Some(started);
+    let (phase, value, message, metadata) = judged(compare::measure(&providers, &own).await);
+    assert_eq!(
+        (phase, value.as_str()),
+        (AnalysisPhase::Failed, "High"),
+        "{message}"
+    );
+    assert!(message.contains("before the run started"), "{message}");
+    assert!(metadata["reference"].contains("before the run started"));
+}
+
+/// A judged comparison's phase, value (the classification), message and metadata.
+fn judged(
+    outcome: Outcome,
+) -> (
+    AnalysisPhase,
+    String,
+    String,
+    std::collections::BTreeMap<String, String>,
+) {
+    match outcome {
+        Outcome::Decided {
+            phase,
+            value,
+            message,
+            metadata,
+        } => (phase, value, message, metadata),
+        other => panic!("expected a judged comparison, got {other:?}"),
     }
 }

@@ -402,6 +402,7 @@ pub async fn backtest<M: Measurer>(
                 not_before: None,
                 step: None,
                 baseline: metric.baseline.clone(),
+                reference: None,
                 last: false,
             };
             let outcome = flotilla_core::analysis::compare::measure(measurer, &request).await;

@@ -212,6 +212,7 @@ fn read(
         not_before,
         step,
         baseline: None,
+        reference: None,
         last: request.last,
     }
 }
@@ -336,6 +337,11 @@ pub fn reads(request: &MeasureRequest) -> Option<Vec<MeasureRequest>> {
     if let Some(calibration) = &request.baseline {
         let mut plain = request.clone();
         plain.baseline = None;
+        plain.reference = None;
+        if request.reference.is_some() {
+            // The run already read its reference: only the metric itself is measured.
+            return Some(vec![plain]);
+        }
         let (at, window) = calibration_window(request, calibration);
         let mut out = vec![plain];
         match &provider.builtin {
@@ -677,6 +683,10 @@ fn decide_calibrated(request: &MeasureRequest, outcomes: Vec<Outcome>) -> Outcom
         Outcome::Value { result, metadata } => (result, metadata),
         other => return other,
     };
+    if let Some(reference) = &request.reference {
+        metadata.extend(reference.iter().map(|(k, v)| (k.clone(), v.clone())));
+        return Outcome::Value { result, metadata };
+    }
     let mut names = vec!["value"];
     if request.provider.builtin.is_some() {
         names.extend(CALIBRATION_STATISTICS.iter().map(|(n, ..)| *n));

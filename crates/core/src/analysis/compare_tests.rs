@@ -25,6 +25,7 @@ fn request(provider: MetricProvider, last: bool) -> MeasureRequest {
         not_before: Some(9_000_000),
         step: None,
         baseline: None,
+        reference: None,
         last,
     }
 }
@@ -341,4 +342,48 @@ fn bad_composite_settings_are_named() {
     );
     let p = provider(json!({"sequential": {"alpha": 0.6, "beta": 0.5}}));
     assert_eq!(problems(&p)[0].0, "sequential");
+}
+
+#[test]
+fn a_run_reads_its_reference_once_and_judges_every_measurement_against_it() {
+    let spec = metric(
+        json!({"name": "p95", "interval": "1m", "baseline": {"window": "30m"},
+        "successCondition": "result[0] <= baseline.p95 * 1.2",
+        "provider": {"builtin": {"metric": "latency", "quantile": 0.95}}}),
+    );
+    let plan = resolve(&spec, &BTreeMap::new()).unwrap();
+    let mut run = Run::new(&plan, 9_000_000);
+    // First measurement: the metric and its reference (value + the six statistics).
+    let first = run.poll_due(&plan, 9_000_000).remove(0);
+    assert_eq!(first.reference, None);
+    let reads_first = reads(&first).unwrap();
+    assert_eq!(reads_first.len(), 2 + CALIBRATION_STATISTICS.len());
+    let mut answers = vec![series(&[0.21]), series(&[0.2])];
+    answers.extend(
+        CALIBRATION_STATISTICS
+            .iter()
+            .map(|(name, ..)| series(&[if *name == "p95" { 0.2 } else { 1.0 }])),
+    );
+    run.handle_outcome(&plan, 0, 9_000_001, decide(&first, answers));
+    assert_eq!(run.assess(&plan, 9_000_001), AnalysisPhase::Running);
+    let calibration = run.metrics[0].calibration.clone();
+    assert_eq!(calibration["baseline.p95"], "0.2");
+    assert!(calibration["baseline.source"].contains("30m before the run started"));
+    // The run survives a restart with its reference.
+    let restored: Run = serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
+    assert_eq!(restored.metrics[0].calibration, calibration);
+    // Later measurements read only the metric and are judged against the same reference, even
+    // when the reference window has since left the provider's retention.
+    let mut run = restored;
+    let second = run.poll_due(&plan, 9_060_001).remove(0);
+    assert_eq!(second.reference.as_ref(), Some(&calibration));
+    let reads_second = reads(&second).unwrap();
+    assert_eq!(reads_second.len(), 1);
+    assert_eq!(reads_second[0].reference, None);
+    assert_eq!(reads_second[0].baseline, None);
+    run.handle_outcome(&plan, 0, 9_060_002, decide(&second, vec![series(&[0.25])]));
+    assert_eq!(run.assess(&plan, 9_060_002), AnalysisPhase::Failed);
+    let last = run.metrics[0].measurements.back().unwrap();
+    assert_eq!(last.metadata["baseline.p95"], "0.2");
+    assert!(last.message.contains("p95=0.2"), "{}", last.message);
 }

@@ -33,6 +33,10 @@ pub struct MeasureRequest {
     pub step: Option<u64>,
     /// The metric's conditions read a per-cluster reference (a Flotilla `baseline:` block).
     pub baseline: Option<crate::spec::analysis::Calibration>,
+    /// A calibrated metric's reference as its run first read it (the `baseline.*` values and
+    /// their source): later measurements reuse it instead of reading the past window again, so
+    /// a run is judged against one reference however long it lasts.
+    pub reference: Option<BTreeMap<String, String>>,
     /// Whether this is the metric's last scheduled measurement (its count is reached after it):
     /// a composite measurement then concludes instead of deferring.
     pub last: bool,

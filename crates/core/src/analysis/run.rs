@@ -89,6 +89,10 @@ pub struct MetricState {
     /// When the last measurement finished, and with which phase (kept apart from
     /// `measurements`, which retention may empty).
     pub last_finished: Option<(Millis, AnalysisPhase)>,
+    /// A calibrated metric's reference (`baseline.*`: the values and where they came from),
+    /// kept from the first measurement that found one and reused by every later one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub calibration: BTreeMap<String, String>,
     /// Whether a measurement is in flight.
     pub in_flight: bool,
     /// Whether the metric is dry-run.
@@ -286,6 +290,7 @@ impl Run {
                     not_before: Some(self.started_at),
                     step: None,
                     baseline: metric.baseline.clone(),
+                    reference: (!state.calibration.is_empty()).then(|| state.calibration.clone()),
                     last: metric.effective_count().is_some_and(|count| polls >= count),
                 });
             }
@@ -423,6 +428,16 @@ impl Run {
                 )
             }
         };
+        if metric.baseline.is_some()
+            && state.calibration.is_empty()
+            && metadata.contains_key("baseline.value")
+        {
+            state.calibration = metadata
+                .iter()
+                .filter(|(k, _)| k.starts_with("baseline."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+        }
         let (mut message, mut value) = (message, value);
         plan.redact_in_place(&mut message);
         plan.redact_in_place(&mut value);

@@ -131,6 +131,7 @@ pub fn request(provider: serde_json::Value) -> MeasureRequest {
         not_before: None,
         step: None,
         baseline: None,
+        reference: None,
         last: false,
     }
 }

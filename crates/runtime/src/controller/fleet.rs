@@ -988,6 +988,10 @@ impl FleetController {
                     }
                 }
             }
+            for message in calibrations(name, old, cluster) {
+                out.audit
+                    .push(entry("calibrate", Some(name), message, Vec::new()));
+            }
             let old_step = old.and_then(|c| c.rollout.step_index);
             if cluster.status == ClusterStatus::Progressing
                 && old_step.is_some()
@@ -1231,6 +1235,32 @@ fn describe_command(command: &OperatorCommand) -> String {
 }
 
 /// The latest finished measurement of each metric of a cluster's runs.
+/// The calibrations a cluster's runs took since `old`: a calibrated metric's reference, read once
+/// per run, is recorded in the audit log when it is taken, with the values and their source.
+fn calibrations(
+    name: &str,
+    old: Option<&flotilla_core::fleet::ClusterState>,
+    cluster: &flotilla_core::fleet::ClusterState,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, run) in cluster.runs.iter() {
+        let old_run = old.and_then(|c| c.runs.get(key));
+        for (i, metric) in run.metrics.iter().enumerate() {
+            let known = old_run
+                .and_then(|r| r.metrics.get(i))
+                .is_some_and(|m| !m.calibration.is_empty());
+            if !metric.calibration.is_empty() && !known {
+                out.push(format!(
+                    "{name}: {} calibrated against its own reference: {}",
+                    metric.name,
+                    flotilla_core::analysis::compare::baseline_summary(&metric.calibration)
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn evidence_of(name: &str, cluster: &flotilla_core::fleet::ClusterState) -> Vec<Evidence> {
     cluster
         .runs
@@ -1362,5 +1392,52 @@ impl Measurer for Routed<'_> {
         } else {
             self.providers.measure(request).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use flotilla_core::analysis::plan::resolve;
+    use flotilla_core::analysis::run::Run;
+    use flotilla_core::fleet::ClusterState;
+    use flotilla_core::rollout::{AnalysisSlot, RunKey};
+    use flotilla_core::spec::analysis::AnalysisTemplateSpec;
+
+    use super::calibrations;
+
+    #[test]
+    fn a_calibration_is_recorded_once_when_a_run_takes_it() {
+        let key = RunKey {
+            revision: 2,
+            attempt: 0,
+            slot: AnalysisSlot::Background,
+        };
+        let template: AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
+            "metrics": [{"name": "p95", "baseline": {"window": "30m"},
+                "successCondition": "result[0] <= baseline.p95 * 1.2",
+                "provider": {"builtin": {"metric": "latency", "quantile": 0.95}}}]
+        }))
+        .unwrap();
+        let run = Run::new(&resolve(&template, &BTreeMap::new()).unwrap(), 0);
+        let mut before = ClusterState::default();
+        before.runs.insert(key, run.clone());
+        let mut after = before.clone();
+        after.runs.get_mut(&key).unwrap().metrics[0].calibration = BTreeMap::from([
+            ("baseline.p95".to_owned(), "0.212".to_owned()),
+            (
+                "baseline.source".to_owned(),
+                "the stable subset in the 30m before the run started".to_owned(),
+            ),
+        ]);
+        assert_eq!(
+            calibrations("prod-us-east", Some(&before), &after),
+            [
+                "prod-us-east: p95 calibrated against its own reference: baseline from the stable subset in the 30m before the run started: p95=0.212"
+            ]
+        );
+        assert!(calibrations("prod-us-east", Some(&after), &after).is_empty());
+        assert!(calibrations("prod-us-east", Some(&before), &before).is_empty());
     }
 }

@@ -601,26 +601,19 @@ pub fn desired_from(
 mod tests {
     use super::*;
     use std::path::Path;
-    use std::process::Command;
 
     use crate::controller::config::SourceConfig;
 
     fn sh(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "Dev")
-            .env("GIT_AUTHOR_EMAIL", "dev@example.test")
-            .env("GIT_COMMITTER_NAME", "Dev")
-            .env("GIT_COMMITTER_EMAIL", "dev@example.test")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        flotilla_git::cli::git(
+            dir,
+            args,
+            &flotilla_git::Identity {
+                name: "Dev".into(),
+                email: "dev@example.test".into(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn manifests() -> String {

@@ -45,10 +45,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
     flotilla_git::cli::git(
         dir,
         args,
-        &flotilla_git::Identity {
-            name: "Dev".into(),
-            email: "dev@example.test".into(),
-        },
+        &flotilla_git::Identity::new("Dev", "dev@example.test"),
     )
     .unwrap_or_else(|e| panic!("{e}"))
 }

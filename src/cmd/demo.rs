@@ -69,10 +69,7 @@ pub struct DemoArgs {
 
 /// Runs git in `dir` as the demo's developer.
 fn git(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
-    let developer = flotilla_git::Identity {
-        name: "Demo Developer".into(),
-        email: "developer@flotilla.demo".into(),
-    };
+    let developer = flotilla_git::Identity::new("Demo Developer", "developer@flotilla.demo");
     Ok(flotilla_git::cli::git(dir, args, &developer)?)
 }
 

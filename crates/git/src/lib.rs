@@ -74,6 +74,16 @@ pub struct Identity {
     pub email: String,
 }
 
+impl Identity {
+    /// An identity of a name and an email.
+    pub fn new(name: impl Into<String>, email: impl Into<String>) -> Identity {
+        Identity {
+            name: name.into(),
+            email: email.into(),
+        }
+    }
+}
+
 /// A commit as the controller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitInfo {

@@ -7,15 +7,8 @@ use std::process::Command;
 use super::*;
 
 fn sh(dir: &Path, args: &[&str]) -> String {
-    crate::cli::git(
-        dir,
-        args,
-        &crate::Identity {
-            name: "Dev".into(),
-            email: "dev@example.test".into(),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    crate::cli::git(dir, args, &crate::Identity::new("Dev", "dev@example.test"))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A bare remote with one commit holding `fleets/payments/rollout.yaml`.

@@ -608,10 +608,7 @@ mod tests {
         flotilla_git::cli::git(
             dir,
             args,
-            &flotilla_git::Identity {
-                name: "Dev".into(),
-                email: "dev@example.test".into(),
-            },
+            &flotilla_git::Identity::new("Dev", "dev@example.test"),
         )
         .unwrap_or_else(|e| panic!("{e}"))
     }

@@ -762,13 +762,17 @@ pub fn baseline_variables(metadata: &BTreeMap<String, String>) -> BTreeMap<Strin
 }
 
 /// The reference a calibrated measurement was judged against, in words, for its message (and
-/// so for the audit log): where it came from and the values the conditions could read.
+/// so for the audit log): where it came from and the values the conditions could read (shown
+/// to four decimals; the metadata keeps them whole).
 pub fn baseline_summary(metadata: &BTreeMap<String, String>) -> String {
     let values: Vec<String> = metadata
         .iter()
         .filter_map(|(k, v)| {
             let name = k.strip_prefix("baseline.")?;
-            (name != "source").then(|| format!("{name}={v}"))
+            let shown = v
+                .parse::<f64>()
+                .map_or_else(|_| v.clone(), crate::judge::classify::number);
+            (name != "source").then(|| format!("{name}={shown}"))
         })
         .collect();
     format!(

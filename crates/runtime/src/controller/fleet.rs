@@ -1425,7 +1425,7 @@ mod tests {
         before.runs.insert(key, run.clone());
         let mut after = before.clone();
         after.runs.get_mut(&key).unwrap().metrics[0].calibration = BTreeMap::from([
-            ("baseline.p95".to_owned(), "0.212".to_owned()),
+            ("baseline.p95".to_owned(), "0.21200000000000002".to_owned()),
             (
                 "baseline.source".to_owned(),
                 "the stable subset in the 30m before the run started".to_owned(),

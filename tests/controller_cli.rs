@@ -874,8 +874,8 @@ fn a_frozen_cluster_never_stalls_the_others() {
 /// GitOps end to end: a developer's commit releases 1.9.0 from a real repository; it fails in
 /// wave 1; the controller rolls the canary back and commits the durable rollback (trailers
 /// naming the cluster and the metric) without force; Git then agrees, nothing new starts, and
-/// nothing beyond wave 1 ever ran 1.9.0. A later commit with 1.9.1 fixes forward through every
-/// wave.
+/// nothing beyond wave 1 ever ran 1.9.0. A later commit with 1.9.1 fixes forward; a commit with
+/// 1.9.2 landing while 1.9.1 is in wave 2 supersedes it, and 1.9.2 goes through every wave.
 #[test]
 fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
     let _machine = exclusive();
@@ -963,20 +963,51 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
             "{history:#?}"
         );
         assert_eq!(count("sync", "Git agrees"), 1, "{history:#?}");
-        // Fix forward: 1.9.1 goes through every wave.
+        // Fix forward: 1.9.1, then mid-rollout (wave 2) a commit with 1.9.2, which supersedes
+        // it: the canary in flight is aborted, wave 1 keeps what it promoted, and 1.9.2 goes
+        // through every wave from wave 1.
         release("payment-api:1.9.1", "payment-api:1.8.3");
+        let fixing = lab
+            .wait_for("the fix to reach wave 2", Duration::from_secs(120), |v| {
+                v.image.ends_with("1.9.1") && cluster(v, "prod-eu-west").status == "Progressing"
+            })
+            .await;
+        assert_eq!(
+            cluster(&fixing, "canary-eu-west").stable_version.as_deref(),
+            Some("1.9.1")
+        );
+        release("payment-api:1.9.2", "payment-api:1.9.1");
         let done = lab
-            .wait_for("the fix to roll out", Duration::from_secs(150), |v| {
-                v.image.ends_with("1.9.1") && v.phase == "Completed"
+            .wait_for("the newer fix to roll out", Duration::from_secs(180), |v| {
+                v.image.ends_with("1.9.2") && v.phase == "Completed"
             })
             .await;
         for c in done.waves.iter().flat_map(|w| w.clusters.iter()) {
             assert_eq!(
                 (c.status.as_str(), c.stable_version.as_deref()),
-                ("Validated", Some("1.9.1")),
+                ("Validated", Some("1.9.2")),
                 "{c:#?}"
             );
         }
+        let history = lab.client().history("payment-api").await.unwrap();
+        assert!(
+            history.iter().any(|e| e.kind == "sync"
+                && e.message.contains("1.9.2")
+                && e.message
+                    .contains(&format!("supersedes {}, progressing", fixing.revision))),
+            "{history:#?}"
+        );
+        // A supersede is not a failure: the controller committed nothing more.
+        assert_eq!(git(&bare, &["rev-list", "--count", "main"]), "5");
+        // 1.9.1 never reached the clusters after prod-eu-west.
+        assert!(
+            !history.iter().any(|e| e.revision == fixing.revision
+                && e.kind == "advance"
+                && ["prod-us-east", "prod-ap-south"]
+                    .iter()
+                    .any(|c| e.cluster.as_deref() == Some(c))),
+            "{history:#?}"
+        );
         let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:#?}");
     });

@@ -392,11 +392,20 @@ impl FleetController {
                 first_image(&self.record.next)
             )
         } else {
+            let (old_revision, old_phase) = (state.revision.clone(), state.phase);
             self.change_spec(desired.rollout.clone());
-            format!(
+            let mut message = format!(
                 "commit {short}: new desired revision {}",
                 first_image(&self.record.next)
-            )
+            );
+            let revision = &self.machine.state.revision;
+            if !old_revision.is_empty() && &old_revision != revision {
+                message.push_str(&format!(
+                    " (fleet revision {revision} supersedes {old_revision}, {})",
+                    format!("{old_phase:?}").to_lowercase()
+                ));
+            }
+            message
         };
         self.record.state = self.machine.state.clone();
         audit.push(AuditEntry {

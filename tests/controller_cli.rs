@@ -921,6 +921,25 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
         for c in settled.waves.iter().flat_map(|w| w.clusters.iter()) {
             assert_eq!(c.stable_version.as_deref(), Some("1.8.3"), "{c:#?}");
         }
+        // The rejected canary is gone from the canary cluster: no weight, no replicas.
+        let site = SITES
+            .iter()
+            .position(|s| s.name == "canary-eu-west")
+            .unwrap();
+        let agent = flotilla_agent::AgentClient::new(lab.controls[site].clone()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = agent.status().await.unwrap();
+            let canary = status.subsets.iter().find(|s| s.subset == "canary");
+            if status.weights.canary == 0 && canary.is_none_or(|c| c.desired_replicas == 0) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the rejected canary still runs: {status:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         // The durable rollback in Git: a fast-forward on top of the developer's commit.
         assert_eq!(git(&bare, &["rev-parse", "main~1"]), commit);
         let message = git(&bare, &["log", "-1", "--format=%B", "main"]);

@@ -356,9 +356,12 @@ impl FleetMachine {
             }
             let previous = shared(overlay.apply(revisions.previous, None));
             let next = shared(overlay.apply(revisions.next, None));
+            // A pinned cluster stays on what it ran before the revision its pin rejects: the
+            // previous spec (with the pin's image), never the rejected spec with an old image,
+            // which would carry the rest of the rejected change (env, args, resources) along.
             let pinned = overlay
                 .pinned_image(&self.state.revision)
-                .map(|image| shared(overlay.apply(revisions.next, Some(image))));
+                .map(|image| shared(overlay.apply(revisions.previous, Some(image))));
             for (hash, spec) in [Some(&previous), Some(&next), pinned.as_ref()]
                 .into_iter()
                 .flatten()

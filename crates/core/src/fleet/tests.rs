@@ -137,8 +137,27 @@ impl Sim {
         condition: &str,
         truth: Truth,
     ) -> Sim {
-        let previous = rollout("payment-api:1.8.3");
-        let next = rollout("payment-api:1.9.0");
+        let specs = (rollout("payment-api:1.8.3"), rollout("payment-api:1.9.0"));
+        Sim::with_specs(fleet, fleet_rollout, condition, truth, specs)
+    }
+
+    /// Panics if `cluster` scaled up a revision after the first `since` deployments.
+    fn assert_nothing_deployed_since(&self, since: usize, cluster: &str) {
+        let later = &self.deployed[since..];
+        assert!(
+            !later.iter().any(|(_, c, _)| c == cluster),
+            "nothing deployed to {cluster}: {later:?}"
+        );
+    }
+
+    /// A fleet moving from `previous` to `next`.
+    fn with_specs(
+        fleet: &Fleet,
+        fleet_rollout: FleetRollout,
+        condition: &str,
+        truth: Truth,
+        (previous, next): (Rollout, Rollout),
+    ) -> Sim {
         let plan = FleetPlan::resolve(
             fleet,
             &fleet_rollout,
@@ -1355,13 +1374,7 @@ fn a_pin_keeps_the_failed_cluster_off_the_rejected_revision_until_a_fix_forward(
     sim.step(&[FleetCommand::Retry]);
     run_for(&mut sim, 600_000);
     assert_eq!(sim.status("prod-us-east"), ClusterStatus::Pinned);
-    assert!(
-        !sim.deployed[deployed_before..]
-            .iter()
-            .any(|(_, c, _)| c == "prod-us-east"),
-        "nothing deployed to the pinned cluster: {:?}",
-        &sim.deployed[deployed_before..]
-    );
+    sim.assert_nothing_deployed_since(deployed_before, "prod-us-east");
     // Fix forward: 1.9.1 is another revision, so the pin lapses and it goes through the waves.
     sim.truth.regressed.clear();
     let old_previous = sim.previous.clone();
@@ -1394,6 +1407,41 @@ fn a_pin_keeps_the_failed_cluster_off_the_rejected_revision_until_a_fix_forward(
     );
     assert!(sim.stable_is_new("prod-us-east"), "the pin lapsed");
     assert_eq!(sim.status("prod-us-east"), ClusterStatus::Validated);
+}
+
+/// A pin holds the failed cluster on what it ran before the rejected revision, not on the
+/// rejected revision's template with the old image: a release that changed more than the image
+/// (here an environment variable) deploys none of it to the pinned cluster.
+#[test]
+fn a_pinned_cluster_keeps_its_previous_spec_not_the_rejected_one_with_the_old_image() {
+    let truth = Truth {
+        regressed: ["prod-us-east"].into(),
+        ..Truth::healthy()
+    };
+    let mut next = serde_json::to_value(rollout("payment-api:1.9.0")).unwrap();
+    next["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "FEATURE_N_PLUS_ONE", "value": "on"}]);
+    let specs = (
+        rollout("payment-api:1.8.3"),
+        serde_json::from_value(next).unwrap(),
+    );
+    let mut sim = Sim::with_specs(&fleet(), fleet_rollout(json!({})), GUARDED, truth, specs);
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+    let pin = ClusterOverlay {
+        pin: Some(Pin {
+            rejects: sim.machine.state.revision.clone(),
+            image: "payment-api:1.8.3".into(),
+        }),
+        ..ClusterOverlay::default()
+    };
+    sim.machine
+        .set_overlays([("prod-us-east".to_owned(), pin)].into());
+    let deployed_before = sim.deployed.len();
+    sim.step(&[FleetCommand::Retry]);
+    run_for(&mut sim, 600_000);
+    assert_eq!(sim.status("prod-us-east"), ClusterStatus::Pinned);
+    sim.assert_nothing_deployed_since(deployed_before, "prod-us-east");
 }
 
 #[test]

@@ -370,6 +370,7 @@ impl FleetController {
         let message = if agrees {
             let spec = desired.rollout.clone();
             let rejections = state.rejections.clone();
+            let old_clusters = state.clusters.clone();
             let old_next = std::mem::replace(&mut self.record.next, spec.clone());
             self.keep_in_history(old_next);
             let plan = self.machine.plan.clone();
@@ -386,6 +387,16 @@ impl FleetController {
             }
             self.machine.set_overlays(desired.overlays.clone());
             self.machine.state.rejections = rejections;
+            // Each cluster keeps its rollout engine's state, so that the engine sees the spec
+            // return to its stable template: a canary still in flight (a cluster paused by the
+            // halt) or aborted with its scale-down pending gets weight 0 and no replicas, as an
+            // Argo rollback to the stable revision does; a fresh state would take the cluster
+            // for a first deployment and leave the rejected canary where it stood.
+            for (name, old) in old_clusters {
+                if let Some(cluster) = self.machine.state.clusters.get_mut(&name) {
+                    cluster.rollout = old.rollout;
+                }
+            }
             self.record.previous = spec;
             format!(
                 "commit {short}: Git agrees with the rollback ({}); nothing to roll out",

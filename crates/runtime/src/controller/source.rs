@@ -285,8 +285,8 @@ fn is_manifest(path: &str) -> bool {
     path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")
 }
 
-/// The cluster an overlay file is for: `clusters/<cluster>.yaml` (or `.yml`, `.json`) directly
-/// under the manifests' directory.
+/// The cluster an overlay file is for: `clusters/<cluster>.yaml` (or `.yml`; a `.json` one is
+/// recognised so that it can be refused by name) directly under the manifests' directory.
 fn overlay_cluster(inner: &str) -> Option<String> {
     let name = inner.strip_prefix("clusters/")?;
     if name.contains('/') || !is_manifest(name) {
@@ -339,11 +339,19 @@ fn edit_files(
         Edit::Pin { clusters } => {
             let mut changed = false;
             for (cluster, image) in clusters {
-                let path = if prefix.is_empty() {
-                    format!("clusters/{cluster}.yaml")
-                } else {
-                    format!("{prefix}/clusters/{cluster}.yaml")
+                // The cluster's overlay as it exists (`.yaml` or `.yml`), else a new `.yaml`.
+                let at = |ext: &str| {
+                    if prefix.is_empty() {
+                        format!("clusters/{cluster}.{ext}")
+                    } else {
+                        format!("{prefix}/clusters/{cluster}.{ext}")
+                    }
                 };
+                let path = ["yaml", "yml"]
+                    .map(at)
+                    .into_iter()
+                    .find(|p| files.contains_key(p))
+                    .unwrap_or_else(|| at("yaml"));
                 let before = files.get(&path).cloned();
                 let text = match &before {
                     Some(bytes) => String::from_utf8(bytes.clone())
@@ -400,7 +408,9 @@ fn pin_overlay(
 }
 
 /// In each manifest under `prefix` that holds the Rollout with the bad image, the bad image
-/// becomes the good one. Returns whether anything changed.
+/// becomes the good one: exactly the Rollout's first container image, where the loader located
+/// it (another document using the same image, or a longer tag such as `1.9.0-debug`, is left
+/// alone). Returns whether anything changed.
 fn revert_files(
     files: &mut BTreeMap<String, Vec<u8>>,
     prefix: &str,
@@ -408,32 +418,63 @@ fn revert_files(
     bad_image: &str,
     good_image: &str,
 ) -> bool {
+    const IMAGE: &str = "spec.template.spec.containers[0].image";
     let mut changed = false;
     for (path, bytes) in files.iter_mut() {
         let inside = prefix.is_empty() || path.starts_with(&format!("{prefix}/"));
         if !inside || !is_manifest(path) {
             continue;
         }
-        let holds = manifest::load_bytes(path, bytes).manifests.iter().any(|m| {
-            matches!(&m.manifest, Manifest::Rollout(r)
-                if r.metadata.name.as_deref() == Some(rollout)
-                    && r.spec.template.as_ref().and_then(|t| t.spec.as_ref())
-                        .and_then(|s| s.containers.first())
-                        .and_then(|c| c.image.as_deref()) == Some(bad_image))
-        });
-        if !holds {
+        let lines: Vec<usize> = manifest::load_bytes(path, bytes)
+            .manifests
+            .iter()
+            .filter(|m| {
+                matches!(&m.manifest, Manifest::Rollout(r)
+                    if r.metadata.name.as_deref() == Some(rollout)
+                        && r.spec.template.as_ref().and_then(|t| t.spec.as_ref())
+                            .and_then(|s| s.containers.first())
+                            .and_then(|c| c.image.as_deref()) == Some(bad_image))
+            })
+            .filter_map(|m| m.locations.get(IMAGE).map(|l| l.line as usize))
+            .collect();
+        if lines.is_empty() {
             continue;
         }
         let Ok(text) = String::from_utf8(bytes.clone()) else {
             continue;
         };
-        let edited = text.replace(bad_image, good_image);
+        let mut edited = String::with_capacity(text.len());
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            if lines.contains(&(i + 1)) {
+                edited.push_str(&replace_image(line, bad_image, good_image));
+            } else {
+                edited.push_str(line);
+            }
+        }
         if edited != text {
             *bytes = edited.into_bytes();
             changed = true;
         }
     }
     changed
+}
+
+/// `line` with each whole occurrence of `image` (not part of a longer reference such as
+/// `registry/app:1.9.0-debug`) replaced by `by`.
+fn replace_image(line: &str, image: &str, by: &str) -> String {
+    let joined = |c: char| c.is_ascii_alphanumeric() || "._-/@".contains(c);
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find(image) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + image.len()..].chars().next();
+        let whole = !before.is_some_and(joined) && !after.is_some_and(|c| joined(c) || c == ':');
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { by } else { image });
+        rest = &rest[at + image.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// An overlay as read: (file, cluster, Rollout, overlay).
@@ -533,7 +574,26 @@ pub fn desired_from(
         .collect();
     errors.extend(overlay_errors);
     // Each overlay names a Rollout some FleetRollout drives, on a cluster of that fleet.
-    for (path, cluster, rollout, _) in &overlays {
+    let mut first_overlay: BTreeMap<&str, &str> = BTreeMap::new();
+    for (path, cluster, rollout, overlay) in &overlays {
+        if path.split('@').next().is_some_and(|p| p.ends_with(".json")) {
+            errors.push(format!(
+                "{path}: overlays are YAML (clusters/{cluster}.yaml or .yml): the controller writes its pins into them"
+            ));
+            continue;
+        }
+        if let Some(first) = first_overlay.insert(cluster, path) {
+            errors.push(format!(
+                "{path}: a second overlay for cluster {cluster:?}, beside {first}; keep one file per cluster"
+            ));
+            continue;
+        }
+        // A pin the controller wrote for a cluster since removed from its Fleet holds nothing
+        // (the cluster is gone): inert, like a lapsed pin, rather than a refusal of every commit.
+        let pin_only = overlay.pin.is_some()
+            && overlay.image.is_none()
+            && overlay.args.is_none()
+            && overlay.env.is_empty();
         let driven: Vec<&FleetRollout> = fleet_rollouts
             .iter()
             .filter(|f| &f.spec.rollout == rollout)
@@ -550,7 +610,7 @@ pub fn desired_from(
                     && fleet.spec.clusters.iter().any(|c| &c.name == cluster)
             })
         });
-        if !known {
+        if !known && !pin_only {
             errors.push(format!(
                 "{path}: the file names cluster {cluster:?}, which is in no Fleet of Rollout {rollout:?} (overlays are clusters/<cluster>.yaml)"
             ));
@@ -618,6 +678,47 @@ mod tests {
             .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
             .collect();
         crate::demo::manifests(&controls, 1.0)
+    }
+
+    #[test]
+    fn a_revert_changes_exactly_the_rollouts_image() {
+        let released = manifests().replace(
+            "image: \"payment-api:1.8.3\"}]",
+            "image: \"payment-api:1.9.0\"}]  # was payment-api:1.9.0-rc1",
+        );
+        let text = format!(
+            "{released}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: notes}}\ndata: {{image: payment-api:1.9.0, debug: payment-api:1.9.0-debug}}\n"
+        );
+        let mut files = BTreeMap::from([(
+            "fleets/payments/all.yaml".to_owned(),
+            text.clone().into_bytes(),
+        )]);
+        assert!(revert_files(
+            &mut files,
+            "fleets/payments",
+            "payment-api",
+            "payment-api:1.9.0",
+            "payment-api:1.8.3"
+        ));
+        let reverted =
+            String::from_utf8(files.remove("fleets/payments/all.yaml").unwrap()).unwrap();
+        let expected = text.replace(
+            "image: \"payment-api:1.9.0\"}]",
+            "image: \"payment-api:1.8.3\"}]",
+        );
+        assert_eq!(reverted, expected);
+        assert!(reverted.contains("# was payment-api:1.9.0-rc1"));
+        assert!(
+            reverted.contains("data: {image: payment-api:1.9.0, debug: payment-api:1.9.0-debug}")
+        );
+        assert_eq!(
+            replace_image(
+                "x: \"reg/app:1\", y: app:1, z: app:10, w: app:1@sha",
+                "app:1",
+                "app:0"
+            ),
+            "x: \"reg/app:1\", y: app:0, z: app:10, w: app:1@sha"
+        );
     }
 
     /// A bare remote with the demo fleet under fleets/payments/ (plus `extra` files), and a
@@ -724,6 +825,88 @@ mod tests {
                 && error.contains("env.A"),
             "{error}"
         );
+        // Two overlays for one cluster, and a JSON overlay: refused by name.
+        std::fs::remove_file(work.join("fleets/payments/clusters/prod-mars.yaml")).unwrap();
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-us-east.yaml"),
+            "rollout: payment-api\nargs: [\"--x\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-us-east.yml"),
+            "rollout: payment-api\nenv: {A: \"1\"}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-eu-west.json"),
+            "{\"rollout\": \"payment-api\"}\n",
+        )
+        .unwrap();
+        sh(&work, &["add", "-A"]);
+        sh(&work, &["commit", "-q", "-m", "two and json"]);
+        sh(&work, &["push", "-q", "origin", "main"]);
+        let error = source.poll().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("a second overlay for cluster \"prod-us-east\""),
+            "{error}"
+        );
+        assert!(
+            error.contains("prod-eu-west.json@") && error.contains("overlays are YAML"),
+            "{error}"
+        );
+        // A pin the controller left for a cluster since removed from the Fleet is inert.
+        sh(
+            &work,
+            &["rm", "-q", "fleets/payments/clusters/prod-us-east.yml"],
+        );
+        sh(
+            &work,
+            &["rm", "-q", "fleets/payments/clusters/prod-eu-west.json"],
+        );
+        std::fs::write(
+            work.join("fleets/payments/clusters/prod-mars.yaml"),
+            "rollout: payment-api\npin: {rejects: \"abc\", image: \"payment-api:1.8.3\"}\n",
+        )
+        .unwrap();
+        sh(&work, &["add", "-A"]);
+        sh(&work, &["commit", "-q", "-m", "mars decommissioned"]);
+        sh(&work, &["push", "-q", "origin", "main"]);
+        let (desired, _) = source.poll().unwrap().unwrap();
+        assert_eq!(
+            desired[0].overlays["prod-us-east"].args.as_deref(),
+            Some(&["--x".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn a_pin_goes_into_the_clusters_existing_yml_overlay() {
+        let root = tempfile::tempdir().unwrap();
+        let (bare, _work) = repository(
+            root.path(),
+            &[(
+                "fleets/payments/clusters/prod-us-east.yml",
+                "rollout: payment-api\nenv: {DB_REGION: us-east-1}\n",
+            )],
+        );
+        let source = open(root.path(), &bare, false);
+        source
+            .commit_change(&pin_change("abc123"))
+            .unwrap()
+            .unwrap();
+        let text = sh(
+            &bare,
+            &["show", "main:fleets/payments/clusters/prod-us-east.yml"],
+        );
+        assert!(
+            text.contains("DB_REGION") && text.contains("abc123"),
+            "{text}"
+        );
+        let listed = sh(&bare, &["ls-tree", "-r", "--name-only", "main"]);
+        assert!(!listed.contains("prod-us-east.yaml"), "{listed}");
+        let (desired, _) = source.load().unwrap();
+        let overlay = &desired[0].overlays["prod-us-east"];
+        assert_eq!(overlay.pinned_image("abc123"), Some("payment-api:1.8.3"));
+        assert_eq!(overlay.env["DB_REGION"], "us-east-1");
     }
 
     #[test]

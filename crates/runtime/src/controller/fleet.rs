@@ -180,6 +180,7 @@ impl FleetController {
                     source_hash: source_hash.clone(),
                     state: FleetState::default(),
                     reverted: None,
+                    pinned: Default::default(),
                     git_status: None,
                 },
                 false,
@@ -442,11 +443,12 @@ impl FleetController {
     pub fn change_needed(&self) -> Option<super::source::GitChange> {
         use super::source::{Edit, GitChange};
         let state = &self.machine.state;
-        if !matches!(state.phase, FleetPhase::Halted | FleetPhase::Completed)
-            || self.record.reverted.as_deref() == Some(state.revision.as_str())
-        {
+        if !matches!(state.phase, FleetPhase::Halted | FleetPhase::Completed) {
             return None;
         }
+        // Committed for this revision already: only clusters that failed since (after a retry)
+        // still need a pin; a revert is never made twice.
+        let already = self.record.reverted.as_deref() == Some(state.revision.as_str());
         let validated: Vec<&String> = state
             .clusters
             .iter()
@@ -461,8 +463,12 @@ impl FleetController {
                     && state
                         .rejections
                         .contains(&((*n).clone(), state.revision.clone()))
+                    && !(already && self.record.pinned.contains(*n))
             })
             .collect();
+        if already && (validated.is_empty() || failed.is_empty()) {
+            return None;
+        }
         let bad_image = first_image(&self.record.next);
         let good_image = first_image(&self.record.previous);
         if bad_image == good_image || bad_image.is_empty() || good_image.is_empty() {
@@ -564,8 +570,12 @@ impl FleetController {
     }
 
     /// The durable change of `revision` reached Git (or Git already said it): never again.
-    pub fn committed(&mut self, revision: &str, status: String) {
+    pub fn committed(&mut self, revision: &str, status: String, pinned: Vec<String>) {
+        if self.record.reverted.as_deref() != Some(revision) {
+            self.record.pinned.clear();
+        }
         self.record.reverted = Some(revision.to_owned());
+        self.record.pinned.extend(pinned);
         self.record.git_status = Some(status);
     }
 
@@ -1426,6 +1436,66 @@ mod tests {
     use flotilla_core::spec::analysis::AnalysisTemplateSpec;
 
     use super::calibrations;
+
+    fn desired(image: &str) -> super::Desired {
+        let controls: Vec<String> = (0..4)
+            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+            .collect();
+        let text = crate::demo::manifests(&controls, 1.0).replace("payment-api:1.8.3", image);
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
+        crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+            .unwrap()
+            .remove(0)
+    }
+
+    /// A cluster that fails on a revision after its first pin was committed (a `retry`, then a
+    /// failure elsewhere) gets a pin of its own; the clusters already pinned are not pinned again.
+    /// The agents are never reached (nothing listens on their ports).
+    #[tokio::test]
+    async fn a_later_failure_on_a_pinned_revision_is_pinned_too() {
+        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
+        let mut controller = super::FleetController::new(
+            &desired("payment-api:1.8.3"),
+            None,
+            flotilla_providers::Providers::new().unwrap(),
+            std::time::Duration::from_secs(1),
+            false,
+        )
+        .unwrap();
+        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
+        let revision = controller.machine.state.revision.clone();
+        let fail = |controller: &mut super::FleetController, name: &str| {
+            let state = &mut controller.machine.state;
+            state.phase = FleetPhase::Halted;
+            state.clusters.get_mut(name).unwrap().status = ClusterStatus::RolledBack;
+            state.rejections.insert((name.to_owned(), revision.clone()));
+        };
+        for name in ["canary-eu-west", "prod-eu-west"] {
+            controller
+                .machine
+                .state
+                .clusters
+                .get_mut(name)
+                .unwrap()
+                .status = ClusterStatus::Validated;
+        }
+        fail(&mut controller, "prod-us-east");
+        let pinned =
+            |change: Option<crate::controller::source::GitChange>| match change.map(|c| c.edit) {
+                Some(crate::controller::source::Edit::Pin { clusters }) => {
+                    clusters.into_iter().map(|(c, _)| c).collect::<Vec<_>>()
+                }
+                other => panic!("expected a pin, got {other:?}"),
+            };
+        assert_eq!(pinned(controller.change_needed()), ["prod-us-east"]);
+        controller.committed(&revision, "pinned".into(), vec!["prod-us-east".into()]);
+        assert!(controller.change_needed().is_none(), "committed once");
+        fail(&mut controller, "prod-ap-south");
+        assert_eq!(pinned(controller.change_needed()), ["prod-ap-south"]);
+        controller.committed(&revision, "pinned".into(), vec!["prod-ap-south".into()]);
+        assert!(controller.change_needed().is_none());
+        assert_eq!(controller.record.pinned.len(), 2);
+    }
 
     #[test]
     fn a_calibration_is_recorded_once_when_a_run_takes_it() {

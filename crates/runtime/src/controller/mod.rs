@@ -52,8 +52,9 @@ pub enum ServeError {
     Io(String),
 }
 
-/// One attempt at committing a durable change: (fleet, revision, where it went or why not).
-pub type GitResult = (String, String, Result<String, String>);
+/// One attempt at committing a durable change: (fleet, revision, the clusters it pins, where it
+/// went or why not).
+pub type GitResult = (String, String, Vec<String>, Result<String, String>);
 
 /// Counters and histograms for `/metrics`.
 #[derive(Debug, Default)]
@@ -296,14 +297,14 @@ pub async fn serve(
                 std::mem::take(&mut *shared.pending_audit.lock().expect("audit lock"));
             // Durable changes that reached Git, or failed to (retried with backoff).
             let results = std::mem::take(&mut *shared.git_results.lock().expect("git lock"));
-            for (fleet, revision, result) in results {
+            for (fleet, revision, pinned, result) in results {
                 let Some(controller) = controllers.iter_mut().find(|c| c.name() == fleet) else {
                     continue;
                 };
                 let message = match result {
                     Ok(message) => {
                         git_retry.remove(&fleet);
-                        controller.committed(&revision, message.clone());
+                        controller.committed(&revision, message.clone(), pinned);
                         message
                     }
                     Err(error) => {
@@ -429,9 +430,16 @@ pub async fn serve(
                                 }
                                 Err(e) => Err(e.to_string()),
                             };
+                            let pinned = match &change.edit {
+                                source::Edit::Pin { clusters } => {
+                                    clusters.iter().map(|(c, _)| c.clone()).collect()
+                                }
+                                source::Edit::Revert { .. } => Vec::new(),
+                            };
                             shared.git_results.lock().expect("git lock").push((
                                 fleet,
                                 change.revision.clone(),
+                                pinned,
                                 result,
                             ));
                             shared.sync.store(true, Ordering::SeqCst);

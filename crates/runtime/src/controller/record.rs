@@ -25,9 +25,14 @@ pub struct FleetRecord {
     pub source_hash: String,
     /// The fleet machine's state.
     pub state: FleetState,
-    /// The fleet revision whose durable rollback was committed to Git (at most once each).
+    /// The fleet revision whose durable rollback or pin was committed to Git (a revert at most
+    /// once each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverted: Option<String>,
+    /// The clusters pinned in Git for the `reverted` revision (a cluster that fails on it later,
+    /// after a retry, gets a pin of its own).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub pinned: std::collections::BTreeSet<String>,
     /// The durable change's state in Git: where it was committed, or why it is not yet
     /// (retried with backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -152,13 +152,13 @@ impl Source {
                         .strip_prefix(path)
                         .ok()
                         .and_then(|p| p.to_str())
-                        .and_then(overlay_cluster);
+                        .and_then(overlay_name);
                     match inner {
-                        Some(cluster) => {
+                        Some((cluster, dir)) => {
                             let bytes = std::fs::read(&file).map_err(|e| {
                                 ServeError::Invalid(format!("{}: {e}", file.display()))
                             })?;
-                            overlays.push((file.display().to_string(), cluster, bytes));
+                            overlays.push((file.display().to_string(), cluster, dir, bytes));
                         }
                         None => manifest_files.push(file),
                     }
@@ -264,8 +264,8 @@ impl GitSource {
             let inner = path
                 .strip_prefix(prefix)
                 .map_or(path.as_str(), |p| p.trim_start_matches('/'));
-            if let Some(cluster) = overlay_cluster(inner) {
-                overlays.push((format!("{path}@{short}"), cluster, bytes.clone()));
+            if let Some((cluster, dir)) = overlay_name(inner) {
+                overlays.push((format!("{path}@{short}"), cluster, dir, bytes.clone()));
                 continue;
             }
             let load = manifest::load_bytes(&format!("{path}@{short}"), bytes);
@@ -285,16 +285,25 @@ fn is_manifest(path: &str) -> bool {
     path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")
 }
 
-/// The cluster an overlay file is for: `clusters/<cluster>.yaml` (or `.yml`; a `.json` one is
-/// recognised so that it can be refused by name) directly under the manifests' directory.
-fn overlay_cluster(inner: &str) -> Option<String> {
+/// The cluster an overlay file is for, and the Rollout directory it is under if any:
+/// `clusters/<cluster>.yaml` (or `.yml`; a `.json` one is recognised so that it can be refused
+/// by name), or `clusters/<rollout>/<cluster>.yaml` for FleetRollouts of one directory that share
+/// a cluster, under the manifests' directory.
+fn overlay_name(inner: &str) -> Option<(String, Option<String>)> {
     let name = inner.strip_prefix("clusters/")?;
-    if name.contains('/') || !is_manifest(name) {
+    let (dir, file) = match name.split_once('/') {
+        Some((dir, file)) => (Some(dir), file),
+        None => (None, name),
+    };
+    if file.contains('/') || !is_manifest(file) || dir.is_some_and(str::is_empty) {
         return None;
     }
-    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
-    (!stem.is_empty()).then(|| stem.to_owned())
+    let stem = file.rsplit_once('.').map_or(file, |(s, _)| s);
+    (!stem.is_empty()).then(|| (stem.to_owned(), dir.map(str::to_owned)))
 }
+
+/// An overlay file as found: (display path, cluster, Rollout directory, bytes).
+pub type OverlaySource = (String, String, Option<String>, Vec<u8>);
 
 /// An overlay file as written.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -339,19 +348,37 @@ fn edit_files(
         Edit::Pin { clusters } => {
             let mut changed = false;
             for (cluster, image) in clusters {
-                // The cluster's overlay as it exists (`.yaml` or `.yml`), else a new `.yaml`.
-                let at = |ext: &str| {
+                // The Rollout's overlay for the cluster as it exists (`.yaml` or `.yml`;
+                // `clusters/<cluster>` unless that is another Rollout's, then
+                // `clusters/<rollout>/<cluster>`), else a new `.yaml` where it is free.
+                let at = |dir: Option<&str>, ext: &str| {
+                    let name = match dir {
+                        Some(dir) => format!("clusters/{dir}/{cluster}.{ext}"),
+                        None => format!("clusters/{cluster}.{ext}"),
+                    };
                     if prefix.is_empty() {
-                        format!("clusters/{cluster}.{ext}")
+                        name
                     } else {
-                        format!("{prefix}/clusters/{cluster}.{ext}")
+                        format!("{prefix}/{name}")
                     }
                 };
-                let path = ["yaml", "yml"]
-                    .map(at)
-                    .into_iter()
-                    .find(|p| files.contains_key(p))
-                    .unwrap_or_else(|| at("yaml"));
+                let existing = |dir: Option<&str>| {
+                    ["yaml", "yml"]
+                        .map(|ext| at(dir, ext))
+                        .into_iter()
+                        .find(|p| files.contains_key(p))
+                };
+                let nested = Some(change.rollout.as_str());
+                let path = match (existing(None), existing(nested)) {
+                    (_, Some(own)) => own,
+                    (Some(flat), None)
+                        if overlay_rollout(&files[&flat]).is_some_and(|r| r != change.rollout) =>
+                    {
+                        at(nested, "yaml")
+                    }
+                    (Some(flat), None) => flat,
+                    (None, None) => at(None, "yaml"),
+                };
                 let before = files.get(&path).cloned();
                 let text = match &before {
                     Some(bytes) => String::from_utf8(bytes.clone())
@@ -367,6 +394,14 @@ fn edit_files(
             Ok(changed)
         }
     }
+}
+
+/// The Rollout an overlay file names, if it parses.
+fn overlay_rollout(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    parse_located::<OverlayFile>(text, "overlay", "an overlay")
+        .ok()
+        .map(|(file, _)| file.rollout)
 }
 
 /// An overlay's text with the controller's pin (one line, `pin: {rejects, image}`) in place of
@@ -482,10 +517,10 @@ type ParsedOverlay = (String, String, String, ClusterOverlay);
 
 /// Parses the overlay files: (display path, cluster, bytes) → (cluster, Rollout, overlay), or
 /// errors naming file, line and field path.
-fn parse_overlays(files: &[(String, String, Vec<u8>)]) -> (Vec<ParsedOverlay>, Vec<String>) {
+fn parse_overlays(files: &[OverlaySource]) -> (Vec<ParsedOverlay>, Vec<String>) {
     let mut overlays = Vec::new();
     let mut errors = Vec::new();
-    for (path, cluster, bytes) in files {
+    for (path, cluster, dir, bytes) in files {
         let Ok(text) = std::str::from_utf8(bytes) else {
             errors.push(format!("{path}: an overlay must be UTF-8"));
             continue;
@@ -495,6 +530,18 @@ fn parse_overlays(files: &[(String, String, Vec<u8>)]) -> (Vec<ParsedOverlay>, V
                 let at = |field: &str, message: String| {
                     flotilla_agent::ConfigError::at(path, &locations, field, message).to_string()
                 };
+                if let Some(dir) = dir
+                    && *dir != file.rollout
+                {
+                    errors.push(at(
+                        "rollout",
+                        format!(
+                            "the file is under clusters/{dir}/, so it is an overlay of Rollout {dir:?}, not {:?}",
+                            file.rollout
+                        ),
+                    ));
+                    continue;
+                }
                 if file.image.as_deref().is_some_and(|i| i.trim().is_empty()) {
                     errors.push(at("image", "the image is empty".into()));
                     continue;
@@ -527,7 +574,7 @@ fn parse_overlays(files: &[(String, String, Vec<u8>)]) -> (Vec<ParsedOverlay>, V
 pub fn desired_from(
     manifests: &[LoadedManifest],
     mut diagnostics: Vec<Diagnostic>,
-    overlay_files: &[(String, String, Vec<u8>)],
+    overlay_files: &[OverlaySource],
     origin: &str,
 ) -> Result<Vec<Desired>, ServeError> {
     diagnostics.extend(lint::lint(manifests, Options::default()));
@@ -574,7 +621,7 @@ pub fn desired_from(
         .collect();
     errors.extend(overlay_errors);
     // Each overlay names a Rollout some FleetRollout drives, on a cluster of that fleet.
-    let mut first_overlay: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut first_overlay: BTreeMap<(&str, &str), &str> = BTreeMap::new();
     for (path, cluster, rollout, overlay) in &overlays {
         if path.split('@').next().is_some_and(|p| p.ends_with(".json")) {
             errors.push(format!(
@@ -582,9 +629,9 @@ pub fn desired_from(
             ));
             continue;
         }
-        if let Some(first) = first_overlay.insert(cluster, path) {
+        if let Some(first) = first_overlay.insert((cluster, rollout), path) {
             errors.push(format!(
-                "{path}: a second overlay for cluster {cluster:?}, beside {first}; keep one file per cluster"
+                "{path}: a second overlay of Rollout {rollout:?} for cluster {cluster:?}, beside {first}; keep one file per cluster and Rollout"
             ));
             continue;
         }
@@ -847,7 +894,9 @@ mod tests {
         sh(&work, &["push", "-q", "origin", "main"]);
         let error = source.poll().unwrap().unwrap_err().to_string();
         assert!(
-            error.contains("a second overlay for cluster \"prod-us-east\""),
+            error.contains(
+                "a second overlay of Rollout \"payment-api\" for cluster \"prod-us-east\""
+            ),
             "{error}"
         );
         assert!(
@@ -875,6 +924,83 @@ mod tests {
         assert_eq!(
             desired[0].overlays["prod-us-east"].args.as_deref(),
             Some(&["--x".to_owned()][..])
+        );
+    }
+
+    /// Two FleetRollouts of one directory share prod-us-east: the first keeps its overlay at
+    /// `clusters/prod-us-east.yaml`, the second's pin goes to `clusters/checkout-api/…`.
+    #[test]
+    fn a_cluster_shared_by_two_rollouts_gets_each_ones_pin_apart() {
+        let root = tempfile::tempdir().unwrap();
+        let checkout: String = manifests()
+            .split("\n---\n")
+            .filter(|d| d.contains("kind: FleetRollout") || d.contains("kind: Rollout"))
+            .map(|d| d.replace("payment-api", "checkout-api"))
+            .collect::<Vec<_>>()
+            .join("\n---\n");
+        let (bare, work) = repository(
+            root.path(),
+            &[
+                ("fleets/payments/checkout.yaml", checkout.as_str()),
+                (
+                    "fleets/payments/clusters/prod-us-east.yaml",
+                    "rollout: payment-api\nenv: {DB_REGION: us-east-1}\n",
+                ),
+            ],
+        );
+        let source = open(root.path(), &bare, false);
+        let mut change = pin_change("abc123");
+        change.rollout = "checkout-api".into();
+        source.commit_change(&change).unwrap().unwrap();
+        let text = sh(
+            &bare,
+            &[
+                "show",
+                "main:fleets/payments/clusters/checkout-api/prod-us-east.yaml",
+            ],
+        );
+        assert!(
+            text.starts_with("rollout: checkout-api\n") && text.contains("abc123"),
+            "{text}"
+        );
+        let (desired, _) = source.load().unwrap();
+        let of = |rollout: &str| {
+            desired
+                .iter()
+                .find(|d| d.fleet_rollout.spec.rollout == rollout)
+                .unwrap()
+                .overlays["prod-us-east"]
+                .clone()
+        };
+        assert_eq!(
+            of("checkout-api").pinned_image("abc123"),
+            Some("payment-api:1.8.3")
+        );
+        assert_eq!(of("payment-api").env["DB_REGION"], "us-east-1");
+        assert_eq!(of("payment-api").pin, None);
+        // A file under another Rollout's directory is refused by name.
+        let mut bad = pin_change("def456");
+        bad.rollout = "checkout-api".into();
+        let mut files = BTreeMap::from([(
+            "fleets/payments/clusters/checkout-api/prod-us-east.yaml".to_owned(),
+            b"rollout: payment-api\n".to_vec(),
+        )]);
+        let error = edit_files(&mut files, "fleets/payments", &bad).unwrap_err();
+        assert!(error.contains("not \"checkout-api\""), "{error}");
+        sh(&work, &["pull", "-q", "--no-rebase", "origin", "main"]);
+        std::fs::write(
+            work.join("fleets/payments/clusters/checkout-api/prod-eu-west.yaml"),
+            "rollout: payment-api\n",
+        )
+        .unwrap();
+        sh(&work, &["add", "-A"]);
+        sh(&work, &["commit", "-q", "-m", "misplaced"]);
+        sh(&work, &["push", "-q", "origin", "main"]);
+        let error = source.poll().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("checkout-api/prod-eu-west.yaml@")
+                && error.contains("is under clusters/checkout-api/"),
+            "{error}"
         );
     }
 

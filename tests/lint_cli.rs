@@ -166,6 +166,58 @@ fn the_example_fleet_lints_clean() {
     );
 }
 
+/// A GitOps directory's per-cluster overlays are checked as the daemon reads them, not linted
+/// as manifests: a good one passes, bad ones are `overlay` errors naming file, line and field.
+#[test]
+fn overlays_under_a_directory_are_checked_as_the_daemon_reads_them() {
+    let dir = tempdir::Dir::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet");
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("clusters")).unwrap();
+    std::fs::write(
+        dir.path().join("clusters/prod-us-east.yaml"),
+        "rollout: payment-api\nenv: {DB_REGION: us-east-1}\npin: {rejects: \"abc\", image: \"payment-api:1.8.3\"}\n",
+    )
+    .unwrap();
+    let outcome = lint(&[dir.path().to_str().unwrap()]);
+    assert_eq!(outcome.code, 0, "{:#?}", outcome.diagnostics);
+    assert!(outcome.diagnostics.is_empty(), "{:#?}", outcome.diagnostics);
+    std::fs::write(
+        dir.path().join("clusters/prod-eu-west.yaml"),
+        "rollout: payment-api\nimgae: payment-api:1.8.2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("clusters/prod-mars.yaml"),
+        "rollout: payment-api\nimage: payment-api:1.8.2\n",
+    )
+    .unwrap();
+    let outcome = lint(&[dir.path().to_str().unwrap()]);
+    assert_eq!(outcome.code, 1, "{:#?}", outcome.diagnostics);
+    let found: Vec<(String, u64, String)> = errors(&outcome)
+        .iter()
+        .map(|d| {
+            let file = d["file"].as_str().unwrap();
+            (
+                file.rsplit('/').next().unwrap().to_owned(),
+                d["line"].as_u64().unwrap(),
+                format!("{} {}", d["rule"], d["message"]),
+            )
+        })
+        .collect();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!((found[0].0.as_str(), found[0].1), ("prod-eu-west.yaml", 2));
+    assert!(
+        found[0].2.contains("overlay") && found[0].2.contains("imgae"),
+        "{found:#?}"
+    );
+    assert_eq!(found[1].0, "prod-mars.yaml");
+    assert!(found[1].2.contains("in no Fleet"), "{found:#?}");
+}
+
 fn temp_file(name: &str, bytes: &[u8]) -> (tempdir::Dir, PathBuf) {
     let dir = tempdir::Dir::new();
     let path = dir.path().join(name);

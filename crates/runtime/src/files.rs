@@ -6,6 +6,8 @@ use flotilla_core::diagnostic::{Diagnostic, Severity};
 use flotilla_core::lint::{self, Options};
 use flotilla_core::manifest::{self, LoadedManifest, MAX_FILE_BYTES};
 
+use crate::controller::source::{OverlaySource, check_overlays, overlay_name};
+
 /// Why a path could not be read at all (as opposed to content that is wrong).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -126,15 +128,53 @@ pub fn load_files(files: &[PathBuf]) -> Result<(Vec<LoadedManifest>, Vec<Diagnos
     Ok((manifests, diagnostics))
 }
 
+/// Expands paths into manifest files and per-cluster overlay files: a file at
+/// `clusters/<cluster>.yaml` (or `clusters/<rollout>/<cluster>.yaml`) under a directory argument
+/// is an overlay (docs/controller.md), read as bytes; every other file is a manifest.
+pub fn split_overlays(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<OverlaySource>), ReadError> {
+    let mut manifests = Vec::new();
+    let mut overlays = Vec::new();
+    for path in paths {
+        for file in expand_paths(std::slice::from_ref(path))? {
+            let overlay = file
+                .strip_prefix(path)
+                .ok()
+                .and_then(|p| p.to_str())
+                .and_then(overlay_name);
+            match overlay {
+                Some((cluster, dir)) => {
+                    let bytes = read_manifest_file(&file)?;
+                    overlays.push((file.display().to_string(), cluster, dir, bytes));
+                }
+                None => manifests.push(file),
+            }
+        }
+    }
+    Ok((manifests, overlays))
+}
+
 /// Reads and lints files and directories as one set, so references across files resolve.
+/// Overlay files under a directory are checked as the daemon reads them (rule `overlay`).
 pub fn lint_paths(paths: &[PathBuf], options: Options) -> Result<LintReport, ReadError> {
-    let files = expand_paths(paths)?;
+    let (files, overlays) = split_overlays(paths)?;
     let (manifests, mut diagnostics) = load_files(&files)?;
     diagnostics.extend(lint::lint(&manifests, options));
+    let (_, errors) = check_overlays(&manifests, &overlays);
+    diagnostics.extend(errors.into_iter().map(|e| Diagnostic {
+        severity: Severity::Error,
+        rule: "overlay",
+        file: e.file,
+        line: e.line.max(1),
+        column: e.column.max(1),
+        kind: String::new(),
+        name: String::new(),
+        path: e.field,
+        message: e.message,
+    }));
     lint::sort(&mut diagnostics);
     Ok(LintReport {
         diagnostics,
         manifests: manifests.len(),
-        files: files.len(),
+        files: files.len() + overlays.len(),
     })
 }

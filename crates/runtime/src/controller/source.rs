@@ -17,13 +17,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use flotilla_agent::ConfigError;
 use flotilla_agent::config::parse_located;
 use flotilla_core::diagnostic::{Diagnostic, Severity};
 use flotilla_core::fleet::{ClusterOverlay, Pin};
 use flotilla_core::lint::{self, Options};
 use flotilla_core::manifest::{self, LoadedManifest};
 use flotilla_core::spec::Manifest;
-use flotilla_core::spec::fleet::FleetRollout;
+use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 use flotilla_git::{Checkout, Identity, Pushed};
 
 use super::ServeError;
@@ -143,26 +144,8 @@ impl Source {
     pub fn load(&self) -> Result<(Vec<Desired>, String), ServeError> {
         match self {
             Source::Files(path) => {
-                let expanded = files::expand_paths(std::slice::from_ref(path))
+                let (manifest_files, overlays) = files::split_overlays(std::slice::from_ref(path))
                     .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                let mut overlays = Vec::new();
-                let mut manifest_files = Vec::new();
-                for file in expanded {
-                    let inner = file
-                        .strip_prefix(path)
-                        .ok()
-                        .and_then(|p| p.to_str())
-                        .and_then(overlay_name);
-                    match inner {
-                        Some((cluster, dir)) => {
-                            let bytes = std::fs::read(&file).map_err(|e| {
-                                ServeError::Invalid(format!("{}: {e}", file.display()))
-                            })?;
-                            overlays.push((file.display().to_string(), cluster, dir, bytes));
-                        }
-                        None => manifest_files.push(file),
-                    }
-                }
                 let (manifests, diagnostics) = files::load_files(&manifest_files)
                     .map_err(|e| ServeError::Invalid(e.to_string()))?;
                 Ok((
@@ -289,7 +272,7 @@ fn is_manifest(path: &str) -> bool {
 /// `clusters/<cluster>.yaml` (or `.yml`; a `.json` one is recognised so that it can be refused
 /// by name), or `clusters/<rollout>/<cluster>.yaml` for FleetRollouts of one directory that share
 /// a cluster, under the manifests' directory.
-fn overlay_name(inner: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn overlay_name(inner: &str) -> Option<(String, Option<String>)> {
     let name = inner.strip_prefix("clusters/")?;
     let (dir, file) = match name.split_once('/') {
         Some((dir, file)) => (Some(dir), file),
@@ -513,22 +496,22 @@ fn replace_image(line: &str, image: &str, by: &str) -> String {
 }
 
 /// An overlay as read: (file, cluster, Rollout, overlay).
-type ParsedOverlay = (String, String, String, ClusterOverlay);
+pub type ParsedOverlay = (String, String, String, ClusterOverlay);
 
 /// Parses the overlay files: (display path, cluster, bytes) → (cluster, Rollout, overlay), or
 /// errors naming file, line and field path.
-fn parse_overlays(files: &[OverlaySource]) -> (Vec<ParsedOverlay>, Vec<String>) {
+fn parse_overlays(files: &[OverlaySource]) -> (Vec<ParsedOverlay>, Vec<ConfigError>) {
     let mut overlays = Vec::new();
     let mut errors = Vec::new();
     for (path, cluster, dir, bytes) in files {
         let Ok(text) = std::str::from_utf8(bytes) else {
-            errors.push(format!("{path}: an overlay must be UTF-8"));
+            errors.push(whole_file(path, "an overlay must be UTF-8".into()));
             continue;
         };
         match parse_located::<OverlayFile>(text, path, "an overlay") {
             Ok((file, locations)) => {
                 let at = |field: &str, message: String| {
-                    flotilla_agent::ConfigError::at(path, &locations, field, message).to_string()
+                    ConfigError::at(path, &locations, field, message)
                 };
                 if let Some(dir) = dir
                     && *dir != file.rollout
@@ -563,7 +546,96 @@ fn parse_overlays(files: &[OverlaySource]) -> (Vec<ParsedOverlay>, Vec<String>) 
                 };
                 overlays.push((path.clone(), cluster.clone(), file.rollout, overlay));
             }
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e),
+        }
+    }
+    (overlays, errors)
+}
+
+/// An error about a whole overlay file (its first line).
+fn whole_file(path: &str, message: String) -> ConfigError {
+    ConfigError {
+        file: path.to_owned(),
+        line: 1,
+        column: 1,
+        field: String::new(),
+        message,
+    }
+}
+
+/// Reads and checks overlay files against the manifests, as the daemon does: each names a
+/// Rollout some FleetRollout drives, on a cluster of that FleetRollout's Fleet; one file per
+/// cluster and Rollout; YAML only. Returns the overlays (file, cluster, Rollout, overlay) and
+/// every error with its file, line and field. Lint reports the same errors.
+pub fn check_overlays(
+    manifests: &[LoadedManifest],
+    overlay_files: &[OverlaySource],
+) -> (Vec<ParsedOverlay>, Vec<ConfigError>) {
+    let fleets: Vec<&Fleet> = manifests
+        .iter()
+        .filter_map(|m| match &m.manifest {
+            Manifest::Fleet(f) => Some(f.as_ref()),
+            _ => None,
+        })
+        .collect();
+    let fleet_rollouts: Vec<&FleetRollout> = manifests
+        .iter()
+        .filter_map(|m| match &m.manifest {
+            Manifest::FleetRollout(f) => Some(f.as_ref()),
+            _ => None,
+        })
+        .collect();
+    let (overlays, mut errors) = parse_overlays(overlay_files);
+    let mut first_overlay: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+    for (path, cluster, rollout, overlay) in &overlays {
+        if path.split('@').next().is_some_and(|p| p.ends_with(".json")) {
+            errors.push(whole_file(
+                path,
+                format!(
+                    "overlays are YAML (clusters/{cluster}.yaml or .yml): the controller writes its pins into them"
+                ),
+            ));
+            continue;
+        }
+        if let Some(first) = first_overlay.insert((cluster, rollout), path) {
+            errors.push(whole_file(
+                path,
+                format!(
+                    "a second overlay of Rollout {rollout:?} for cluster {cluster:?}, beside {first}; keep one file per cluster and Rollout"
+                ),
+            ));
+            continue;
+        }
+        // A pin the controller wrote for a cluster since removed from its Fleet holds nothing
+        // (the cluster is gone): inert, like a lapsed pin, rather than a refusal of every commit.
+        let pin_only = overlay.pin.is_some()
+            && overlay.image.is_none()
+            && overlay.args.is_none()
+            && overlay.env.is_empty();
+        let driven: Vec<&&FleetRollout> = fleet_rollouts
+            .iter()
+            .filter(|f| &f.spec.rollout == rollout)
+            .collect();
+        if driven.is_empty() {
+            errors.push(whole_file(
+                path,
+                format!("rollout: no FleetRollout drives a Rollout named {rollout:?}"),
+            ));
+            continue;
+        }
+        let known = driven.iter().any(|f| {
+            fleets.iter().any(|fleet| {
+                fleet.metadata.name.as_deref() == Some(f.spec.fleet.as_str())
+                    && fleet.spec.clusters.iter().any(|c| &c.name == cluster)
+            })
+        });
+        if !known && !pin_only {
+            errors.push(whole_file(
+                path,
+                format!(
+                    "the file names cluster {cluster:?}, which is in no Fleet of Rollout {rollout:?} (overlays are clusters/<cluster>.yaml)"
+                ),
+            ));
         }
     }
     (overlays, errors)
@@ -613,56 +685,13 @@ pub fn desired_from(
             _ => {}
         }
     }
-    let (overlays, overlay_errors) = parse_overlays(overlay_files);
+    let (overlays, overlay_errors) = check_overlays(manifests, overlay_files);
     let mut errors: Vec<String> = diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .map(|d| d.to_string())
         .collect();
-    errors.extend(overlay_errors);
-    // Each overlay names a Rollout some FleetRollout drives, on a cluster of that fleet.
-    let mut first_overlay: BTreeMap<(&str, &str), &str> = BTreeMap::new();
-    for (path, cluster, rollout, overlay) in &overlays {
-        if path.split('@').next().is_some_and(|p| p.ends_with(".json")) {
-            errors.push(format!(
-                "{path}: overlays are YAML (clusters/{cluster}.yaml or .yml): the controller writes its pins into them"
-            ));
-            continue;
-        }
-        if let Some(first) = first_overlay.insert((cluster, rollout), path) {
-            errors.push(format!(
-                "{path}: a second overlay of Rollout {rollout:?} for cluster {cluster:?}, beside {first}; keep one file per cluster and Rollout"
-            ));
-            continue;
-        }
-        // A pin the controller wrote for a cluster since removed from its Fleet holds nothing
-        // (the cluster is gone): inert, like a lapsed pin, rather than a refusal of every commit.
-        let pin_only = overlay.pin.is_some()
-            && overlay.image.is_none()
-            && overlay.args.is_none()
-            && overlay.env.is_empty();
-        let driven: Vec<&FleetRollout> = fleet_rollouts
-            .iter()
-            .filter(|f| &f.spec.rollout == rollout)
-            .collect();
-        if driven.is_empty() {
-            errors.push(format!(
-                "{path}: rollout: no FleetRollout drives a Rollout named {rollout:?}"
-            ));
-            continue;
-        }
-        let known = driven.iter().any(|f| {
-            fleets.iter().any(|fleet| {
-                fleet.metadata.name.as_deref() == Some(f.spec.fleet.as_str())
-                    && fleet.spec.clusters.iter().any(|c| &c.name == cluster)
-            })
-        });
-        if !known && !pin_only {
-            errors.push(format!(
-                "{path}: the file names cluster {cluster:?}, which is in no Fleet of Rollout {rollout:?} (overlays are clusters/<cluster>.yaml)"
-            ));
-        }
-    }
+    errors.extend(overlay_errors.iter().map(ConfigError::to_string));
     if !errors.is_empty() {
         return Err(ServeError::Invalid(format!(
             "the manifests are invalid; nothing was started:\n{}",

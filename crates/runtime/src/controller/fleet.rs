@@ -371,7 +371,11 @@ impl FleetController {
         let message = if agrees {
             let spec = desired.rollout.clone();
             let rejections = state.rejections.clone();
-            let old_clusters = state.clusters.clone();
+            let engines: Vec<(String, RolloutState)> = state
+                .clusters
+                .iter()
+                .map(|(name, c)| (name.clone(), c.rollout.clone()))
+                .collect();
             let old_next = std::mem::replace(&mut self.record.next, spec.clone());
             self.keep_in_history(old_next);
             let plan = self.machine.plan.clone();
@@ -393,9 +397,9 @@ impl FleetController {
             // halt) or aborted with its scale-down pending gets weight 0 and no replicas, as an
             // Argo rollback to the stable revision does; a fresh state would take the cluster
             // for a first deployment and leave the rejected canary where it stood.
-            for (name, old) in old_clusters {
+            for (name, engine) in engines {
                 if let Some(cluster) = self.machine.state.clusters.get_mut(&name) {
-                    cluster.rollout = old.rollout;
+                    cluster.rollout = engine;
                 }
             }
             self.record.previous = spec;
@@ -1264,7 +1268,6 @@ fn describe_command(command: &OperatorCommand) -> String {
     }
 }
 
-/// The latest finished measurement of each metric of a cluster's runs.
 /// The calibrations a cluster's runs took since `old`: a calibrated metric's reference, read once
 /// per run, is recorded in the audit log when it is taken, with the values and their source.
 fn calibrations(
@@ -1291,6 +1294,7 @@ fn calibrations(
     out
 }
 
+/// The latest finished measurement of each metric of a cluster's runs.
 fn evidence_of(name: &str, cluster: &flotilla_core::fleet::ClusterState) -> Vec<Evidence> {
     cluster
         .runs

@@ -588,7 +588,11 @@ pub fn check_overlays(
     let (overlays, mut errors) = parse_overlays(overlay_files);
     let mut first_overlay: BTreeMap<(&str, &str), &str> = BTreeMap::new();
     for (path, cluster, rollout, overlay) in &overlays {
-        if path.split('@').next().is_some_and(|p| p.ends_with(".json")) {
+        // A Git path is shown as `<path>@<commit>`.
+        let file = path
+            .rsplit_once('@')
+            .map_or(path.as_str(), |(file, _)| file);
+        if path.ends_with(".json") || file.ends_with(".json") {
             errors.push(whole_file(
                 path,
                 format!(
@@ -617,10 +621,13 @@ pub fn check_overlays(
             .filter(|f| &f.spec.rollout == rollout)
             .collect();
         if driven.is_empty() {
-            errors.push(whole_file(
-                path,
-                format!("rollout: no FleetRollout drives a Rollout named {rollout:?}"),
-            ));
+            errors.push(ConfigError {
+                field: "rollout".into(),
+                ..whole_file(
+                    path,
+                    format!("no FleetRollout drives a Rollout named {rollout:?}"),
+                )
+            });
             continue;
         }
         let known = driven.iter().any(|f| {

@@ -67,21 +67,35 @@ subsets:
 
 struct Running {
     child: Child,
+    /// A client with the agent's token (from its token file).
     client: AgentClient,
+    control: String,
     router: String,
+    /// The token file the agent named (None: the token is from the environment).
+    token_file: Option<String>,
     runtime: tokio::runtime::Runtime,
     seen: Vec<u32>,
 }
 
+/// Starts an agent; its client carries the token from the file the agent names on its first
+/// line (none when the token comes from the environment).
 fn start(path: &Path) -> Running {
-    let mut child = Command::new(BIN)
+    start_with_env(path, None)
+}
+
+fn start_with_env(path: &Path, token: Option<&str>) -> Running {
+    let mut command = Command::new(BIN);
+    command
         .args(["agent", "--config"])
         .arg(path)
+        .env_remove("FLOTILLA_AGENT_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    if let Some(token) = token {
+        command.env("FLOTILLA_AGENT_TOKEN", token);
+    }
+    let mut child = command.spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -89,10 +103,16 @@ fn start(path: &Path) -> Running {
     let event: serde_json::Value = serde_json::from_str(&line)
         .unwrap_or_else(|e| panic!("the agent's first line {line:?}: {e}"));
     let control = event["control"].as_str().unwrap();
+    let mut client = AgentClient::new(format!("http://{control}")).unwrap();
+    if let Some(file) = event["tokenFile"].as_str() {
+        client = client.with_token(std::fs::read_to_string(file).unwrap());
+    }
     Running {
         child,
-        client: AgentClient::new(format!("http://{control}")).unwrap(),
+        client,
+        control: format!("http://{control}"),
         router: format!("http://{}", event["router"].as_str().unwrap()),
+        token_file: event["tokenFile"].as_str().map(str::to_owned),
         runtime: flotilla_agent::runtime().unwrap(),
         seen: Vec::new(),
     }
@@ -404,6 +424,51 @@ fn bad_configurations_and_busy_ports_are_clear_errors() {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     };
+    // A version a process cannot take (a NUL crash-looped a replica), and more replicas than
+    // maxReplicas: file, line and field.
+    let (code, stderr) = run(&config(1, "").replace("version: \"2.0\"", "version: \"2.0\\u0000\""));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agent.yaml:13:")
+            && stderr.contains("subsets.canary.version: version \"2.0\\0\""),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&config(33, ""));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agent.yaml:12:")
+            && stderr
+                .contains("subsets.stable.replicas: 33 replicas is more than maxReplicas (32)"),
+        "{stderr}"
+    );
+    // A token file that is empty, or open to every user, is refused by name.
+    let token = dir.path().join("agent.token");
+    let with_token_file = config(1, "").replace(
+        "control: {listen: \"127.0.0.1:0\"}",
+        "control: {listen: \"127.0.0.1:0\", tokenFile: agent.token}",
+    );
+    for (text, mode, needle) in [
+        ("\n", 0o600, "is empty"),
+        (
+            "0123456789abcdef",
+            0o644,
+            "is open to every user (mode 644)",
+        ),
+    ] {
+        std::fs::write(&token, text).unwrap();
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+        let (code, stderr) = run(&with_token_file);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "the token file {} (control.tokenFile) {needle}",
+                token.display()
+            )),
+            "{stderr}"
+        );
+    }
+
     let (code, stderr) = run(&config(
         1,
         "mirrors:\n  - {name: shadow, subset: canry, percentage: 10}\n",
@@ -445,4 +510,137 @@ fn bad_configurations_and_busy_ports_are_clear_errors() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("error rate"));
+}
+
+/// Issue 15: the control API's changes need the agent's token (created 0600 next to the
+/// configuration at first start, or `FLOTILLA_AGENT_TOKEN`); a version with a NUL and more
+/// replicas than `maxReplicas` are refused with nothing changed; and the GET whose series
+/// arithmetic wrapped is a 400 that leaves the agent alive and routing.
+#[test]
+fn changes_need_the_token_bad_scales_change_nothing_and_a_hostile_query_is_a_400() {
+    let dir = TempDir::new("token");
+    let path = dir.path().join("agent.yaml");
+    std::fs::write(&path, config(1, "")).unwrap();
+    let mut agent = start(&path);
+    let token_file = dir.path().join("agent.yaml.token");
+    assert_eq!(
+        agent.token_file.as_deref(),
+        Some(token_file.to_str().unwrap())
+    );
+    let meta = std::fs::metadata(&token_file).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.trim().len(), 64, "{token}");
+    agent.wait_for("stable", "a ready stable replica", ready(1));
+    agent.wait_for("canary", "a ready canary replica", ready(1));
+
+    let api = |e: ClientError| match e {
+        ClientError::Api {
+            status, message, ..
+        } => (status, message),
+        other => panic!("{other}"),
+    };
+    let anonymous = AgentClient::new(&agent.control).unwrap();
+    let wrong = AgentClient::new(&agent.control)
+        .unwrap()
+        .with_token("0".repeat(64));
+    let (status, _) = api(agent
+        .runtime
+        .block_on(anonymous.set_weights(100))
+        .unwrap_err());
+    assert_eq!(status, 401);
+    let (status, _) = api(agent
+        .runtime
+        .block_on(wrong.scale("canary", "6.6", 3))
+        .unwrap_err());
+    assert_eq!(status, 403);
+    let weights = agent.runtime.block_on(anonymous.weights()).unwrap();
+    assert_eq!(weights.canary, 0, "reads are open; the weight is unchanged");
+
+    // With the token: a NUL in the version, or too many replicas, is a 400 naming it.
+    let (status, message) = api(agent
+        .runtime
+        .block_on(agent.client.scale("canary", "2.1\u{0}", 1))
+        .unwrap_err());
+    assert_eq!(status, 400);
+    assert!(
+        message.starts_with("version: version \"2.1\\0\""),
+        "{message}"
+    );
+    let (status, message) = api(agent
+        .runtime
+        .block_on(agent.client.scale("canary", "2.1", 33))
+        .unwrap_err());
+    assert_eq!(status, 400);
+    assert!(message.contains("maxReplicas is 32"), "{message}");
+    let canary = agent.subset("canary");
+    assert_eq!(
+        (canary.version.as_str(), canary.desired_replicas),
+        ("2.0", 1),
+        "nothing changed"
+    );
+    assert!(
+        canary
+            .replicas
+            .iter()
+            .all(|r| r.version == "2.0" && r.restarts == 0)
+    );
+
+    // The hostile GET: a 400, and the agent lives, answers and routes.
+    let hostile = format!(
+        "{}/v1/subsets/stable/series?start=18446744073709551610&end=18446744073709551615&step=10s",
+        agent.control
+    );
+    let (status, body) = agent.runtime.block_on(async {
+        let response = reqwest::get(&hostile).await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    });
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("\"error\""), "{body}");
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent died");
+    let health = agent.runtime.block_on(async {
+        reqwest::get(format!("{}/healthz", agent.control))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    assert_eq!(health, "ok\n");
+    let report = agent.load(100.0, 50);
+    assert_eq!(report.status_counts.get(&200), Some(&50), "{report:?}");
+
+    // A right change is accepted.
+    agent
+        .runtime
+        .block_on(agent.client.set_weights(100))
+        .unwrap();
+    agent.stop();
+
+    // FLOTILLA_AGENT_TOKEN overrides the file: the file's token is now the wrong one.
+    let mut agent = start_with_env(&path, Some("env-token-0123456789"));
+    assert_eq!(agent.token_file, None);
+    agent.wait_for("stable", "a ready stable replica", ready(1));
+    let from_file = AgentClient::new(&agent.control).unwrap().with_token(&token);
+    let (status, _) = api(agent
+        .runtime
+        .block_on(from_file.set_weights(0))
+        .unwrap_err());
+    assert_eq!(status, 403);
+    let from_env = AgentClient::new(&agent.control)
+        .unwrap()
+        .with_token("env-token-0123456789");
+    assert_eq!(
+        agent
+            .runtime
+            .block_on(from_env.set_weights(0))
+            .unwrap()
+            .canary,
+        0
+    );
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token);
+    agent.stop();
 }

@@ -115,6 +115,7 @@ impl Lab {
     /// Starts the agents and writes the manifests and the daemon's configuration.
     fn new(scenario: Scenario, speed: f64, extra_config: &str) -> Lab {
         let dir = tempfile::tempdir().unwrap();
+        demo::write_agent_token(dir.path()).unwrap();
         let exe = PathBuf::from(env!("CARGO_BIN_EXE_flotilla"));
         let mut agents = Vec::new();
         let mut routers = Vec::new();
@@ -167,7 +168,8 @@ impl Lab {
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\n{source}tick: 300ms\n{extra_config}"
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\n{source}tick: 300ms\nagentTokenFile: {}\n{extra_config}",
+                demo::AGENT_TOKEN_FILE
             ),
         )
         .unwrap();
@@ -1117,7 +1119,9 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
         }
         // Someone puts the rejected version on prod-us-east by hand: drift, corrected to its pin.
         let us_east = SITES.iter().position(|s| s.name == "prod-us-east").unwrap();
-        let agent = flotilla_agent::AgentClient::new(lab.controls[us_east].clone()).unwrap();
+        let agent = flotilla_agent::AgentClient::new(lab.controls[us_east].clone())
+            .unwrap()
+            .with_token(demo::read_agent_token(lab.dir.path()).unwrap());
         agent.scale("stable", NEW, 2).await.unwrap();
         lab.wait_for("the drift to be reported", Duration::from_secs(30), |v| {
             cluster(v, "prod-us-east").drift.is_some()

@@ -301,7 +301,8 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         "flotilla demo: scenario {:?}, 4 clusters in 3 waves, {} requests/s each",
         args.scenario, args.rate
     ));
-    // The clusters.
+    // The clusters, sharing one control API token with the daemon.
+    demo::write_agent_token(&processes.dir)?;
     let mut agents = Vec::new();
     for (i, site) in SITES.iter().enumerate() {
         let path = processes.dir.join(format!("{}.yaml", site.name));
@@ -336,7 +337,8 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             ));
             writeln!(
                 config,
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 500ms\ngit: {{url: \"{}\", branch: main, path: fleets/payments, interval: 1s}}",
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 500ms\nagentTokenFile: {}\ngit: {{url: \"{}\", branch: main, path: fleets/payments, interval: 1s}}",
+                demo::AGENT_TOKEN_FILE,
                 dir.join("fleet.git").display()
             )?;
             Some(dir)
@@ -345,7 +347,8 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             std::fs::write(&manifests_path, &manifests)?;
             writeln!(
                 config,
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 500ms"
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 500ms\nagentTokenFile: {}",
+                demo::AGENT_TOKEN_FILE
             )?;
             None
         }

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::auth::{ControlToken, TOKEN_ENV, TokenError, TokenOrigin};
 use crate::config::{AgentConfig, ConfigError};
 use crate::router::{Router, RouterError};
 use crate::stats::Stats;
@@ -20,7 +21,7 @@ use crate::workload::{Desired, WorkloadError, Workloads};
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The configuration is invalid.
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] ConfigError),
     /// A listener cannot be bound.
     #[error("cannot listen on {addr} for the {what}: {source}{hint}",
@@ -36,10 +37,10 @@ pub enum AgentError {
         source: std::io::Error,
     },
     /// The routing part of the configuration was refused.
-    #[error("{0}")]
+    #[error(transparent)]
     Router(#[from] RouterError),
     /// The workload part of the configuration was refused.
-    #[error("{0}")]
+    #[error(transparent)]
     Workload(#[from] WorkloadError),
     /// A new configuration cannot be applied to the running agent.
     #[error("{0}")]
@@ -50,6 +51,9 @@ pub enum AgentError {
     /// The router's threads cannot be started.
     #[error("cannot start the router's threads: {0}")]
     Threads(std::io::Error),
+    /// The control API's token cannot be read or created.
+    #[error(transparent)]
+    Token(#[from] TokenError),
 }
 
 /// What the control API and the agent share.
@@ -59,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) router: Arc<Router>,
     pub(crate) workloads: Workloads,
     pub(crate) stats: Arc<Stats>,
+    /// The bearer token the control API's changes need.
+    pub(crate) token: ControlToken,
     /// Serializes reloads.
     reload: Mutex<()>,
 }
@@ -88,10 +94,26 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Agent
 
 impl Agent {
     /// Binds both listeners, starts the workloads and serves. `config_path` is what
-    /// [`Agent::reload`] reads again.
+    /// [`Agent::reload`] reads again. The control API's token is `FLOTILLA_AGENT_TOKEN`, else
+    /// the configuration's `control.tokenFile`, else `<config_path>.token` (created when
+    /// missing), else (no file) a random one in memory: see [`ControlToken::resolve`].
     pub async fn start(
         config: AgentConfig,
         config_path: Option<PathBuf>,
+    ) -> Result<Agent, AgentError> {
+        let token = ControlToken::resolve(
+            config.control.token_file.as_deref(),
+            config_path.as_deref(),
+            std::env::var_os(TOKEN_ENV),
+        )?;
+        Agent::start_with_token(config, config_path, token).await
+    }
+
+    /// [`Agent::start`] with the control API's token given.
+    pub async fn start_with_token(
+        config: AgentConfig,
+        config_path: Option<PathBuf>,
+        token: ControlToken,
     ) -> Result<Agent, AgentError> {
         let router_listener = bind("router", config.router.listen).await?;
         let control_listener = bind("control API", config.control.listen).await?;
@@ -127,6 +149,7 @@ impl Agent {
             router: router.clone(),
             workloads,
             stats,
+            token,
             reload: Mutex::new(()),
         });
         shared.apply_workloads(&config, None)?;
@@ -172,6 +195,11 @@ impl Agent {
     /// Where the control API listens.
     pub fn control_addr(&self) -> SocketAddr {
         self.control_addr
+    }
+
+    /// The token the control API's changes need (`Authorization: Bearer <token>`).
+    pub fn control_token(&self) -> &ControlToken {
+        &self.shared.token
     }
 
     /// The router.
@@ -234,7 +262,9 @@ impl Shared {
         let old = self.config.lock().expect("config lock").clone();
         if new.router != old.router || new.control != old.control {
             return Err(AgentError::Reload(
-                "the listen addresses cannot change while the agent runs, nor the router's threads; restart it".into(),
+                "the listen addresses cannot change while the agent runs, nor the router's threads \
+                 or the control API's token file; restart it"
+                    .into(),
             ));
         }
         if new.max_weight != old.max_weight {
@@ -321,7 +351,9 @@ impl Shared {
 
 /// Runs an agent from a configuration file until SIGTERM or SIGINT; SIGHUP reloads the file.
 /// Prints one JSON line on stdout once it listens:
-/// `{"event":"listening","cluster":…,"router":"127.0.0.1:…","control":"127.0.0.1:…"}`.
+/// `{"event":"listening","cluster":…,"router":"127.0.0.1:…","control":"127.0.0.1:…",
+/// "tokenFile":…}` (`tokenFile` is null when the token comes from `FLOTILLA_AGENT_TOKEN`), and
+/// on stderr where the control API's token is.
 pub async fn run(path: &Path) -> Result<(), AgentError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signals)?;
@@ -330,12 +362,35 @@ pub async fn run(path: &Path) -> Result<(), AgentError> {
     let config = AgentConfig::load(path)?;
     let cluster = config.cluster.clone();
     let agent = Agent::start(config, Some(path.to_owned())).await?;
+    let token_file = match agent.control_token().origin() {
+        TokenOrigin::Created(file) => {
+            eprintln!(
+                "flotilla agent: created the control API's token in {} (mode 0600); changes \
+                 need `Authorization: Bearer <token>`",
+                file.display()
+            );
+            Some(file.display().to_string())
+        }
+        TokenOrigin::File(file) => {
+            eprintln!(
+                "flotilla agent: the control API's token is in {}",
+                file.display()
+            );
+            Some(file.display().to_string())
+        }
+        TokenOrigin::Environment => {
+            eprintln!("flotilla agent: the control API's token is {TOKEN_ENV}");
+            None
+        }
+        TokenOrigin::InMemory => None,
+    };
     {
         let line = serde_json::json!({
             "event": "listening",
             "cluster": cluster,
             "router": agent.router_addr().to_string(),
             "control": agent.control_addr().to_string(),
+            "tokenFile": token_file,
         });
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{line}");

@@ -1,5 +1,7 @@
-//! [`AgentClient`]: the control API from the controller's side, one method per endpoint.
+//! [`AgentClient`]: the control API from the controller's side, one method per endpoint; its
+//! changes carry the agent's bearer token ([`AgentClient::with_token`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Method;
@@ -47,11 +49,21 @@ pub enum ClientError {
     Build(String),
 }
 
-/// A client for one agent's control API.
-#[derive(Debug, Clone)]
+/// A client for one agent's control API. Its `Debug` does not show the token.
+#[derive(Clone)]
 pub struct AgentClient {
     base: String,
     http: reqwest::Client,
+    token: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for AgentClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentClient")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl AgentClient {
@@ -76,7 +88,16 @@ impl AgentClient {
         Ok(AgentClient {
             base: base.into().trim_end_matches('/').to_owned(),
             http,
+            token: None,
         })
+    }
+
+    /// The same client sending `Authorization: Bearer <token>` on every call that changes
+    /// something (all but GET): the agent's token (its `control.tokenFile`). Surrounding
+    /// whitespace (a file's newline) is dropped.
+    pub fn with_token(mut self, token: impl AsRef<str>) -> AgentClient {
+        self.token = Some(token.as_ref().trim().into());
+        self
     }
 
     /// The base URL.
@@ -111,6 +132,11 @@ impl AgentClient {
             url.push_str(&query_string(query));
         }
         let mut request = self.http.request(method.clone(), &url);
+        if method != Method::GET
+            && let Some(token) = &self.token
+        {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request.json(body);
         }

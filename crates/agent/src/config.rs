@@ -4,8 +4,9 @@
 //! ```yaml
 //! cluster: eu-west
 //! router: {listen: "127.0.0.1:8080", threads: 2}
-//! control: {listen: "127.0.0.1:9090"}
+//! control: {listen: "127.0.0.1:9090", tokenFile: agent.token}  # default: <this file>.token
 //! seed: 42
+//! maxReplicas: 32
 //! weights: {canary: 0}
 //! workload:
 //!   command: [flotilla, demo-app, --version, "{{version}}", --port, "{{port}}"]
@@ -42,14 +43,18 @@ pub struct AgentConfig {
     pub cluster: String,
     /// Where the router listens, and on how many threads it serves.
     pub router: RouterListener,
-    /// Where the control API listens.
-    pub control: Listener,
+    /// Where the control API listens, and where its bearer token is.
+    pub control: ControlListener,
     /// Seed of the router's random choices (weighted split, mirroring); random when absent.
     #[serde(default)]
     pub seed: Option<u64>,
     /// The total weight: the canary's weight is out of this (Argo's `maxTrafficWeight`).
     #[serde(default = "default_max_weight")]
     pub max_weight: u32,
+    /// The most replicas one subset may run (default 32, at most 1000): the control API refuses
+    /// to scale above it.
+    #[serde(default = "default_max_replicas")]
+    pub max_replicas: u32,
     /// The weights in effect when the agent starts.
     #[serde(default)]
     pub weights: InitialWeights,
@@ -68,6 +73,37 @@ pub struct AgentConfig {
 
 fn default_max_weight() -> u32 {
     100
+}
+
+/// The replicas a subset may run when the configuration does not say.
+pub const DEFAULT_MAX_REPLICAS: u32 = 32;
+/// The most a configuration's `maxReplicas` may be.
+pub const MAX_REPLICAS_LIMIT: u32 = 1000;
+
+fn default_max_replicas() -> u32 {
+    DEFAULT_MAX_REPLICAS
+}
+
+/// The longest version.
+pub const MAX_VERSION_LEN: usize = 128;
+
+/// Checks a version (what `{{version}}` becomes on a replica's command line): 1 to 128 of
+/// `A-Z a-z 0-9 . _ : @ + / -`. The message quotes (at most 40 characters of) the version.
+pub fn check_version(version: &str) -> Result<(), String> {
+    let allowed =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '@' | '+' | '/' | '-');
+    if !version.is_empty() && version.len() <= MAX_VERSION_LEN && version.chars().all(allowed) {
+        return Ok(());
+    }
+    let shown: String = version.chars().take(40).collect();
+    let more = if version.chars().count() > 40 {
+        "…"
+    } else {
+        ""
+    };
+    Err(format!(
+        "version {shown:?}{more} must be 1 to {MAX_VERSION_LEN} characters of A-Z a-z 0-9 . _ : @ + / -"
+    ))
 }
 
 /// The router's listen address and threads.
@@ -97,6 +133,19 @@ fn default_router_threads() -> usize {
 pub struct Listener {
     /// A loopback address and port (port 0 picks a free one).
     pub listen: SocketAddr,
+}
+
+/// The control API's listen address and bearer token file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControlListener {
+    /// A loopback address and port (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// The file holding the token mutating calls need (relative to the configuration file);
+    /// default `<configuration file>.token`, created with mode 0600 at first start.
+    /// `FLOTILLA_AGENT_TOKEN` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// The weights in effect at start.
@@ -476,6 +525,20 @@ impl AgentConfig {
         if self.max_weight == 0 {
             return Err(problem("maxWeight", "maxWeight must be at least 1"));
         }
+        if !(1..=MAX_REPLICAS_LIMIT).contains(&self.max_replicas) {
+            return Err(problem(
+                "maxReplicas",
+                format!(
+                    "maxReplicas {} must be 1 to {MAX_REPLICAS_LIMIT}",
+                    self.max_replicas
+                ),
+            ));
+        }
+        if let Some(file) = &self.control.token_file
+            && file.as_os_str().is_empty()
+        {
+            return Err(problem("control.tokenFile", "the token file path is empty"));
+        }
         if self.weights.canary > self.max_weight {
             return Err(problem(
                 "weights.canary",
@@ -514,6 +577,20 @@ impl AgentConfig {
                 return Err(problem(
                     at,
                     "a subset has either fixed endpoints or a workload, not both",
+                ));
+            }
+            if !subset.version.is_empty()
+                && let Err(message) = check_version(&subset.version)
+            {
+                return Err(problem(format!("{at}.version"), message));
+            }
+            if subset.replicas > self.max_replicas {
+                return Err(problem(
+                    format!("{at}.replicas"),
+                    format!(
+                        "{} replicas is more than maxReplicas ({})",
+                        subset.replicas, self.max_replicas
+                    ),
                 ));
             }
             if subset.replicas > 0 {
@@ -717,5 +794,70 @@ subsets:
             let err = AgentConfig::parse(&text, "a.yaml").unwrap_err().to_string();
             assert!(err.contains(needle), "{needle}: {err}");
         }
+    }
+
+    #[test]
+    fn versions_and_replicas_are_bounded_with_file_line_and_field() {
+        // A NUL (or a space, a quote, a newline) in a version crash-looped a replica.
+        for version in ["1.0\\u0000", "1.0 beta", "$(id)", "a\\nb", ""] {
+            let text = GOOD.replace(
+                "stable: {version: \"1.0\", replicas: 2}",
+                &format!("stable: {{version: \"{version}\", replicas: 2}}"),
+            );
+            let err = AgentConfig::parse(&text, "a.yaml").unwrap_err();
+            assert_eq!(err.field, "subsets.stable.version", "{version}: {err}");
+            assert_eq!(err.line, 8, "{err}");
+            assert!(err.to_string().starts_with("a.yaml:8:"), "{err}");
+        }
+        let long = "9".repeat(MAX_VERSION_LEN + 1);
+        let text = GOOD.replace("version: \"1.1\"", &format!("version: \"{long}\""));
+        let err = AgentConfig::parse(&text, "a.yaml").unwrap_err();
+        assert_eq!(err.field, "subsets.canary.version", "{err}");
+        assert!(err.message.contains("1 to 128 characters"), "{err}");
+        for good in [
+            "1.9.0",
+            "v2.0.0-rc.1+build_7",
+            "registry.example:5000/app@sha256:ab",
+        ] {
+            assert_eq!(check_version(good), Ok(()), "{good}");
+        }
+
+        let config = AgentConfig::parse(GOOD, "a.yaml").unwrap();
+        assert_eq!(config.max_replicas, DEFAULT_MAX_REPLICAS);
+        let text = GOOD.replace("replicas: 2", "replicas: 33");
+        let err = AgentConfig::parse(&text, "a.yaml").unwrap_err();
+        assert_eq!(err.field, "subsets.stable.replicas", "{err}");
+        assert!(err.message.contains("maxReplicas (32)"), "{err}");
+        let raised = text.replace("cluster: eu-west", "cluster: eu-west\nmaxReplicas: 40");
+        assert_eq!(
+            AgentConfig::parse(&raised, "a.yaml").unwrap().max_replicas,
+            40
+        );
+        let err = AgentConfig::parse(
+            &GOOD.replace("cluster: eu-west", "cluster: eu-west\nmaxReplicas: 1001"),
+            "a.yaml",
+        )
+        .unwrap_err();
+        assert_eq!((err.field.as_str(), err.line), ("maxReplicas", 3), "{err}");
+    }
+
+    #[test]
+    fn the_control_api_names_its_token_file() {
+        let text = GOOD.replace(
+            "control: {listen: \"127.0.0.1:0\"}",
+            "control: {listen: \"127.0.0.1:0\", tokenFile: secrets/agent.token}",
+        );
+        let config = AgentConfig::parse(&text, "a.yaml").unwrap();
+        assert_eq!(
+            config.control.token_file.as_deref(),
+            Some(Path::new("secrets/agent.token"))
+        );
+        assert_eq!(
+            AgentConfig::parse(GOOD, "a.yaml")
+                .unwrap()
+                .control
+                .token_file,
+            None
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The control API (axum, loopback only): weights, header/cookie routes, mirror routes,
 //! scaling, replica status, traffic statistics over a window, configuration reload, and the
 //! Prometheus exposition on `/metrics`. Errors are `{"error": "..."}` with a 4xx/5xx status; a
-//! request naming an unknown subset is a 400 that names it and changes nothing.
-//! docs/agent.md is the reference.
+//! request naming an unknown subset is a 400 that names it and changes nothing. Reads are open
+//! (on loopback); every other method needs `Authorization: Bearer <token>` (401 without it, 403
+//! with a wrong one). docs/agent.md is the reference.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,8 +13,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::Router as Routes;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::de::DeserializeOwned;
@@ -21,7 +23,10 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use crate::query::WindowQuery;
+
 use crate::agent::{AgentError, Shared};
+use crate::auth::ControlToken;
 use crate::router::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec, RouterError, Weights};
 use crate::stats::Window;
 use crate::workload::{SubsetStatus, WorkloadError};
@@ -53,11 +58,60 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             Json(serde_json::json!({ "error": self.message })),
         )
-            .into_response()
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<crate::query::QueryError> for ApiError {
+    fn from(e: crate::query::QueryError) -> Self {
+        ApiError::bad_request(e.0)
+    }
+}
+
+/// Whether a request may change anything: reads (GET, HEAD) are open; every other method
+/// needs the bearer token. 401 without one, 403 with a wrong one.
+fn authorize(token: &ControlToken, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return Ok(());
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    match given {
+        None => Err(ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "changes need `Authorization: Bearer <token>` (the agent's token: \
+                      control.tokenFile, by default <configuration file>.token, or \
+                      FLOTILLA_AGENT_TOKEN)"
+                .into(),
+        }),
+        Some(given) if token.matches(given) => Ok(()),
+        Some(_) => Err(ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: "the bearer token is wrong".into(),
+        }),
+    }
+}
+
+async fn require_token(State(shared): AppState, request: Request, next: Next) -> Response {
+    match authorize(&shared.token, request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -165,68 +219,6 @@ pub struct AgentStatus {
     pub subsets: Vec<SubsetStatus>,
 }
 
-/// The window of `GET /v1/subsets/{subset}/stats`: either `window` (a duration such as `2m`)
-/// ending `offset` ago (default now), or `start` and `end` in Unix seconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WindowQuery {
-    /// The window's length (`30s`, `2m`, `1h`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<String>,
-    /// How long ago the window ends (default `0s`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<String>,
-    /// Start, Unix seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<u64>,
-    /// End, Unix seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end: Option<u64>,
-    /// A latency quantile to report, 0..=1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantile: Option<f64>,
-    /// `GET /v1/subsets/{subset}/series` only: the length of each window of the series (at
-    /// least 10s, the bucket).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-}
-
-fn duration_secs(text: &str, what: &str) -> Result<u64, ApiError> {
-    flotilla_core::spec::common::parse_duration(text)
-        .map(|ms| ms / 1000)
-        .map_err(|e| ApiError::bad_request(format!("{what}: {e}")))
-}
-
-impl WindowQuery {
-    fn resolve(&self, now: u64) -> Result<(u64, u64), ApiError> {
-        match (self.start, self.end, &self.window) {
-            (Some(start), Some(end), None) if self.offset.is_none() => {
-                if start >= end {
-                    return Err(ApiError::bad_request(format!(
-                        "start ({start}) must be before end ({end})"
-                    )));
-                }
-                Ok((start, end))
-            }
-            (None, None, Some(window)) => {
-                let length = duration_secs(window, "window")?;
-                if length == 0 {
-                    return Err(ApiError::bad_request("window must be at least 1s"));
-                }
-                let offset = match &self.offset {
-                    Some(o) => duration_secs(o, "offset")?,
-                    None => 0,
-                };
-                let end = now.saturating_sub(offset);
-                Ok((end.saturating_sub(length), end))
-            }
-            _ => Err(ApiError::bad_request(
-                "give either window (and optionally offset), or start and end",
-            )),
-        }
-    }
-}
-
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
@@ -267,6 +259,11 @@ fn routes(shared: Arc<Shared>) -> Routes {
                 message: "method not allowed on this endpoint; see docs/agent.md".into(),
             }
         })
+        // Last, so that it wraps every route and both fallbacks.
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            require_token,
+        ))
         .with_state(shared)
 }
 
@@ -415,9 +412,16 @@ async fn scale(
 ) -> Result<(StatusCode, Json<SubsetStatus>), ApiError> {
     check_subset(&shared, &subset)?;
     let body: Scale = decode(&body)?;
-    if body.replicas > 1000 {
+    // An empty version is only "nothing": no replica runs it.
+    if (body.replicas > 0 || !body.version.is_empty())
+        && let Err(message) = crate::config::check_version(&body.version)
+    {
+        return Err(ApiError::bad_request(format!("version: {message}")));
+    }
+    let max = shared.config.lock().expect("config lock").max_replicas;
+    if body.replicas > max {
         return Err(ApiError::bad_request(format!(
-            "{} replicas is more than this agent runs (at most 1000)",
+            "replicas: {} is more than this agent runs (maxReplicas is {max})",
             body.replicas
         )));
     }
@@ -430,34 +434,29 @@ async fn scale(
     ))
 }
 
-/// The subset's statistics and the window a stats or series query asks for.
-fn window_of(
+/// The subset's statistics and the query a stats or series request asks.
+fn query_of(
     shared: &Shared,
     subset: &str,
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<(Arc<crate::stats::SubsetStats>, WindowQuery, u64, u64), ApiError> {
+) -> Result<(Arc<crate::stats::SubsetStats>, WindowQuery), ApiError> {
     check_subset(shared, subset)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if let Some(q) = query.quantile
-        && !(0.0..=1.0).contains(&q)
-    {
-        return Err(ApiError::bad_request(format!(
-            "quantile must be between 0 and 1, not {q}"
-        )));
-    }
-    // The end of the current second: a window ending "now" must include the bucket that holds
-    // this second's requests, also when the second starts a new 10-second bucket.
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
-        + 1;
-    let (start, end) = query.resolve(now)?;
     let stats = shared
         .stats
         .get(subset)
         .ok_or_else(|| ApiError::bad_request(format!("unknown subset {subset:?}")))?;
-    Ok((stats, query, start, end))
+    Ok((stats, query))
+}
+
+/// The end of the current second: a window ending "now" must include the bucket that holds
+/// this second's requests, also when the second starts a new 10-second bucket.
+fn now_end() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+        .saturating_add(1)
 }
 
 async fn stats(
@@ -465,46 +464,22 @@ async fn stats(
     Path(subset): Path<String>,
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Window>, ApiError> {
-    let (stats, query, start, end) = window_of(&shared, &subset, query)?;
-    if query.step.is_some() {
-        return Err(ApiError::bad_request(
-            "step is a parameter of /v1/subsets/{subset}/series",
-        ));
-    }
+    let (stats, query) = query_of(&shared, &subset, query)?;
+    let (start, end) = query.window(now_end())?;
     Ok(Json(stats.window(&subset, start, end, query.quantile)))
 }
-
-/// Most windows one series answers.
-const MAX_SERIES_POINTS: u64 = 2_000;
 
 async fn series(
     State(shared): AppState,
     Path(subset): Path<String>,
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<Window>>, ApiError> {
-    let (stats, query, start, end) = window_of(&shared, &subset, query)?;
-    let step = match &query.step {
-        Some(step) => duration_secs(step, "step")?,
-        None => return Err(ApiError::bad_request("a series needs a step")),
-    };
-    if step < crate::stats::BUCKET_SECONDS {
-        return Err(ApiError::bad_request(format!(
-            "step must be at least {}s (the bucket)",
-            crate::stats::BUCKET_SECONDS
-        )));
-    }
-    if (end - start).div_ceil(step) > MAX_SERIES_POINTS {
-        return Err(ApiError::bad_request(format!(
-            "a series has at most {MAX_SERIES_POINTS} points; use a longer step"
-        )));
-    }
-    let mut windows = Vec::new();
-    let mut from = start;
-    while from < end {
-        let to = (from + step).min(end);
-        windows.push(stats.window(&subset, from, to, query.quantile));
-        from = to;
-    }
+    let (stats, query) = query_of(&shared, &subset, query)?;
+    let windows = query
+        .series(now_end())?
+        .into_iter()
+        .map(|(from, to)| stats.window(&subset, from, to, query.quantile))
+        .collect();
     Ok(Json(windows))
 }
 
@@ -514,4 +489,49 @@ async fn reload(State(shared): AppState) -> Result<Json<BTreeMap<String, String>
         "status".to_owned(),
         "reloaded".to_owned(),
     )])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_open_and_changes_need_the_token() {
+        let token = ControlToken::new("s3cret").unwrap();
+        let headers = |value: Option<&str>| {
+            let mut h = HeaderMap::new();
+            if let Some(v) = value {
+                h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            }
+            h
+        };
+        let status = |method: Method, value: Option<&str>| {
+            authorize(&token, &method, &headers(value)).map_err(|e| e.status)
+        };
+        assert_eq!(status(Method::GET, None), Ok(()));
+        assert_eq!(status(Method::HEAD, Some("Bearer nope")), Ok(()));
+        for method in [
+            Method::PUT,
+            Method::POST,
+            Method::DELETE,
+            Method::PATCH,
+            Method::OPTIONS,
+        ] {
+            assert_eq!(status(method.clone(), None), Err(StatusCode::UNAUTHORIZED));
+            assert_eq!(
+                status(method.clone(), Some("Basic czNjcmV0")),
+                Err(StatusCode::UNAUTHORIZED)
+            );
+            assert_eq!(
+                status(method.clone(), Some("Bearer s3cre")),
+                Err(StatusCode::FORBIDDEN)
+            );
+            assert_eq!(
+                status(method.clone(), Some("Bearer s3cret2")),
+                Err(StatusCode::FORBIDDEN)
+            );
+            assert_eq!(status(method.clone(), Some("Bearer s3cret")), Ok(()));
+            assert_eq!(status(method, Some("bearer  s3cret")), Ok(()));
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! One [`agent`] is one local cluster: a weighted HTTP/1.1 and HTTP/2 (h2c) reverse proxy
 //! ([`router`]), the revisions it routes to run as local processes ([`workload`]), per-subset
 //! traffic statistics kept in 10-second buckets ([`stats`]), and a control API on loopback
-//! ([`control`]) that the controller drives through [`AgentClient`]. The agent keeps serving with
+//! ([`control`], its changes behind a bearer token: [`auth`]; its statistics queries planned
+//! in [`query`]) that the controller drives through [`AgentClient`]. The agent keeps serving with
 //! its last configuration when the controller goes away.
 //!
 //! The crate also holds the [`demo_app`] service (whose latency, errors and dependency calls come
@@ -11,11 +12,13 @@
 
 pub mod adapter;
 pub mod agent;
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod control;
 pub mod demo_app;
 pub mod loadgen;
+pub mod query;
 pub mod router;
 pub mod stats;
 pub mod workload;

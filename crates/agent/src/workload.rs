@@ -66,6 +66,9 @@ pub enum WorkloadError {
     /// Replicas without a version.
     #[error("a version is required to run replicas")]
     NoVersion,
+    /// A version outside the allowed characters or length.
+    #[error("{0}")]
+    InvalidVersion(String),
 }
 
 /// The phase of one replica.
@@ -194,6 +197,10 @@ impl Workloads {
             if want.version.trim().is_empty() {
                 return Err(WorkloadError::NoVersion);
             }
+        }
+        // It becomes a replica's command line: nothing a process cannot take.
+        if !want.version.is_empty() {
+            crate::config::check_version(&want.version).map_err(WorkloadError::InvalidVersion)?;
         }
         let mut subsets = self.subsets.lock().expect("workloads lock");
         match subsets.get(subset) {

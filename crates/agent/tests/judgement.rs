@@ -85,7 +85,9 @@ subsets:
     )
     .unwrap();
     let agent = Agent::start(config, None).await.unwrap();
-    let client = AgentClient::new(format!("http://{}", agent.control_addr())).unwrap();
+    let client = AgentClient::new(format!("http://{}", agent.control_addr()))
+        .unwrap()
+        .with_token(agent.control_token().secret());
     // Stable only for 10 s (the reference), then half the traffic on the canary for 15 s (the
     // run). Windows are read in whole 10-second buckets: the reference may take in a few seconds
     // of the run's stable traffic, which behaves the same.

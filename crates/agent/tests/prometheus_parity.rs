@@ -223,7 +223,9 @@ subsets:
     )
     .unwrap();
     let agent = Agent::start(config, None).await.unwrap();
-    let client = AgentClient::new(format!("http://{}", agent.control_addr())).unwrap();
+    let client = AgentClient::new(format!("http://{}", agent.control_addr()))
+        .unwrap()
+        .with_token(agent.control_token().secret());
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

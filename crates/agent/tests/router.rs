@@ -67,7 +67,9 @@ impl Setup {
         )
         .unwrap();
         let agent = Agent::start(config, None).await.unwrap();
-        let client = AgentClient::new(format!("http://{}", agent.control_addr())).unwrap();
+        let client = AgentClient::new(format!("http://{}", agent.control_addr()))
+            .unwrap()
+            .with_token(agent.control_token().secret());
         let router = format!("http://{}", agent.router_addr());
         Setup {
             agent,
@@ -353,8 +355,9 @@ async fn the_controller_going_away_leaves_traffic_flowing_with_the_last_weights(
     let setup = Setup::new(0).await;
     {
         // A controller that sets the weights and a route, then dies mid-call.
-        let controller =
-            AgentClient::new(format!("http://{}", setup.agent.control_addr())).unwrap();
+        let controller = AgentClient::new(format!("http://{}", setup.agent.control_addr()))
+            .unwrap()
+            .with_token(setup.agent.control_token().secret());
         controller.set_weights(50).await.unwrap();
         let _ = controller
             .set_route(&RouteSpec {
@@ -573,5 +576,167 @@ async fn bad_input_is_a_clear_error_and_changes_nothing() {
         metrics.contains("http_requests_total{cluster=\"test\",subset=\"canary\",code=\"503\"} 1"),
         "{metrics}"
     );
+    setup.stop().await;
+}
+
+/// Issue 15: this one unauthenticated GET passed the point count (5 s over a 10 s step), then
+/// `from + step` wrapped and the series grew until the agent died (a panic on overflow in a
+/// debug build). It is a 400 now, and the agent keeps answering and routing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_series_query_is_refused_and_the_agent_keeps_serving() {
+    let setup = Setup::new(0).await;
+    let control = format!("http://{}", setup.agent.control_addr());
+    let http = http1();
+    for query in [
+        "start=18446744073709551610&end=18446744073709551615&step=10s",
+        "start=0&end=18446744073709551615&step=18446744073709551615s",
+        "window=2m&offset=18446744073709551615&step=10s",
+        "window=18446744073709551615&step=10s",
+        "start=1&end=2&step=10s&quantile=NaN",
+    ] {
+        let (status, _, body) = get(
+            &http,
+            &format!("{control}/v1/subsets/stable/series?{query}"),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 400, "{query}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"].is_string(), "{query}: {body}");
+        let (status, _, body) = get(
+            &http,
+            &format!(
+                "{control}/v1/subsets/stable/stats?{}",
+                query.replace("&step=10s", "")
+            ),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 400, "stats {query}: {body}");
+    }
+    let (status, _, body) = get(&http, &format!("{control}/healthz"), &[]).await;
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (status, version, _) = get(&http, &format!("{}/after", setup.router), &[]).await;
+    assert_eq!((status, version.as_str()), (200, "1.0"));
+    // A sane series is still answered.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let windows = setup
+        .client
+        .series(
+            "stable",
+            &WindowQuery {
+                start: Some(now - 60),
+                end: Some(now + 1),
+                step: Some("30s".into()),
+                ..WindowQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(windows.len(), 3);
+    assert!(windows.iter().any(|w| w.requests == 1), "{windows:?}");
+    setup.stop().await;
+}
+
+/// Reads are open; every change needs the agent's token: 401 without it, 403 with a wrong one,
+/// and either way nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_need_the_token_and_reads_do_not() {
+    let setup = Setup::new(10).await;
+    let base = format!("http://{}", setup.agent.control_addr());
+    let anonymous = AgentClient::new(&base).unwrap();
+    let wrong = AgentClient::new(&base).unwrap().with_token("not-the-token");
+    let api = |e: ClientError| match e {
+        ClientError::Api {
+            status, message, ..
+        } => (status, message),
+        other => panic!("{other}"),
+    };
+    let route = RouteSpec {
+        name: "users".into(),
+        subset: "canary".into(),
+        header: Some(HeaderMatch {
+            name: "x-canary-user".into(),
+            exact: Some("true".into()),
+            prefix: None,
+            regex: None,
+        }),
+        cookie: None,
+    };
+    let mirror = MirrorSpec {
+        name: "shadow".into(),
+        subset: "canary".into(),
+        percentage: 50,
+        header: None,
+    };
+    // Something to delete.
+    setup.client.set_route(&route).await.unwrap();
+    setup.client.set_mirror(&mirror).await.unwrap();
+    let before = setup.client.status().await.unwrap();
+    for (client, expected) in [(&anonymous, 401), (&wrong, 403)] {
+        for result in [
+            client.set_weights(90).await.map(drop),
+            client
+                .set_route(&RouteSpec {
+                    name: "other".into(),
+                    ..route.clone()
+                })
+                .await
+                .map(drop),
+            client.remove_route("users").await.map(drop),
+            client.set_mirror(&mirror).await.map(drop),
+            client.remove_mirror("shadow").await.map(drop),
+            client.scale("stable", "1.0", 3).await.map(drop),
+            client.reload_config().await.map(drop),
+        ] {
+            let (status, message) = api(result.unwrap_err());
+            assert_eq!(status, expected, "{message}");
+            if expected == 401 {
+                assert!(
+                    message.starts_with("changes need `Authorization: Bearer <token>`"),
+                    "{message}"
+                );
+            } else {
+                assert_eq!(message, "the bearer token is wrong");
+            }
+        }
+        // Reads need nothing.
+        let status = client.status().await.unwrap();
+        assert_eq!(status.weights, before.weights);
+        assert_eq!(status.routes, before.routes);
+        assert_eq!(status.mirrors, before.mirrors);
+        client.metrics().await.unwrap();
+        client
+            .stats(
+                "canary",
+                &WindowQuery {
+                    window: Some("1m".into()),
+                    ..WindowQuery::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    // The 401 says how to authenticate, in the same JSON as every error.
+    let response = reqwest::Client::new()
+        .put(format!("{base}/v1/weights"))
+        .body("{\"canary\": 90}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("Bearer"), "{body}");
+    assert_eq!(setup.client.weights().await.unwrap().canary, 10);
+    // The right token: 200.
+    let right = AgentClient::new(&base)
+        .unwrap()
+        .with_token(format!("{}\n", setup.agent.control_token().secret()));
+    assert_eq!(right.set_weights(90).await.unwrap().canary, 90);
+    assert!(right.remove_route("users").await.unwrap().is_empty());
     setup.stop().await;
 }

@@ -1,8 +1,11 @@
 //! The demo fleet of seed 000 as data: four clusters in three waves, each with its own
 //! dependency latency and p95 objective, the agents' configurations and the manifests the
-//! controller runs. Shared by `flotilla demo` and the end-to-end tests.
+//! controller runs, and the one token the agents' control APIs and the daemon share. Shared by
+//! `flotilla demo` and the end-to-end tests.
 
-use std::path::Path;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
 
 use crate::controller::record::FleetView;
 
@@ -75,9 +78,44 @@ fn seconds(d: f64, speed: f64) -> String {
     format!("{}ms", ((d * 1000.0) / speed).round().max(100.0) as u64)
 }
 
+/// The file, in the demo's directory, holding the token of every agent's control API: each
+/// agent's `control.tokenFile` and the daemon's `agentTokenFile`.
+pub const AGENT_TOKEN_FILE: &str = "agents.token";
+
+/// Writes a new random token to `dir/agents.token` (mode 0600) and returns it.
+pub fn write_agent_token(dir: &Path) -> std::io::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let path = agent_token_path(dir);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(format!("{token}\n").as_bytes())?;
+    Ok(token)
+}
+
+/// `dir/agents.token`.
+pub fn agent_token_path(dir: &Path) -> PathBuf {
+    dir.join(AGENT_TOKEN_FILE)
+}
+
+/// The token [`write_agent_token`] wrote in `dir`.
+pub fn read_agent_token(dir: &Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(agent_token_path(dir))?
+        .trim()
+        .to_owned())
+}
+
 /// One agent's configuration: the demo service as its workload (one template for every
 /// version; the story's new-version behaviour comes from `--profile`), both subsets on the old
-/// version, the router and control API on free loopback ports.
+/// version, the router and control API on free loopback ports, the control API's token in
+/// [`AGENT_TOKEN_FILE`] next to the configuration.
 pub fn agent_config(
     site: &Site,
     scenario: Scenario,
@@ -93,7 +131,7 @@ pub fn agent_config(
     format!(
         r#"cluster: {name}
 router: {{listen: "127.0.0.1:0"}}
-control: {{listen: "127.0.0.1:0"}}
+control: {{listen: "127.0.0.1:0", tokenFile: {AGENT_TOKEN_FILE}}}
 seed: {seed}
 workload:
   command: ["{exe}", demo-app, --version, "{{{{version}}}}", --port, "{{{{port}}}}",

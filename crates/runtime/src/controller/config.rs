@@ -6,6 +6,8 @@
 //! listen: "127.0.0.1:7070"     # the API (loopback by default)
 //! store: state.redb            # relative paths are relative to this file
 //! tokenFile: token             # default: <store>.token, created 0600 at first start
+//! agentTokenFile: agents.token # the token sent to every agent's control API (its tokenFile)
+//! agentTokenFiles: {prod-us-east: us-east.token}   # per-cluster overrides
 //! manifests: manifests/        # a directory or file of Fleet, FleetRollout, Rollout, templates
 //! # … or the desired state from Git (exactly one of manifests and git):
 //! # git: {url: "git://127.0.0.1/fleet.git", branch: main, path: fleets/payments, interval: 30s}
@@ -14,6 +16,7 @@
 //!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
 //! ```
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -34,6 +37,13 @@ pub struct DaemonConfig {
     /// The bearer token file (default: the store's path with `.token` appended).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// The file holding the bearer token the daemon sends to every agent's control API (the
+    /// agents' `control.tokenFile`); without it, the agents refuse the daemon's changes.
+    #[serde(default)]
+    pub agent_token_file: Option<PathBuf>,
+    /// Per-cluster token files, overriding `agentTokenFile` for those clusters.
+    #[serde(default)]
+    pub agent_token_files: BTreeMap<String, PathBuf>,
     /// The manifests: a directory or a file (or `git`).
     #[serde(default)]
     pub manifests: Option<PathBuf>,
@@ -146,6 +156,35 @@ fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7070))
 }
 
+/// The bearer tokens the daemon sends to the agents' control APIs: one for every agent, and
+/// overrides by cluster. Its `Debug` names the clusters with their own, never a token.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct AgentTokens {
+    /// The token of every agent without its own (`agentTokenFile`).
+    pub default: Option<String>,
+    /// Tokens by cluster (`agentTokenFiles`).
+    pub clusters: BTreeMap<String, String>,
+}
+
+impl AgentTokens {
+    /// The token to send to `cluster`'s agent, if any.
+    pub fn for_cluster(&self, cluster: &str) -> Option<&str> {
+        self.clusters
+            .get(cluster)
+            .or(self.default.as_ref())
+            .map(String::as_str)
+    }
+}
+
+impl std::fmt::Debug for AgentTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentTokens")
+            .field("default", &self.default.as_ref().map(|_| "<redacted>"))
+            .field("clusters", &self.clusters.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 /// The configuration with paths resolved and durations parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {
@@ -155,6 +194,8 @@ pub struct Resolved {
     pub store: PathBuf,
     /// The token file.
     pub token_file: PathBuf,
+    /// The tokens sent to the agents (read from `agentTokenFile` and `agentTokenFiles`).
+    pub agent_tokens: AgentTokens,
     /// The desired state's source.
     pub source: SourceConfig,
     /// The tick, in milliseconds.
@@ -227,6 +268,20 @@ impl DaemonConfig {
                 name.push(".token");
                 PathBuf::from(name)
             });
+        // The agents' tokens: a configured file that is missing, empty or open to every user is
+        // an error naming the file and the field.
+        let read_token = |field: &str, path: &Path| {
+            flotilla_agent::auth::read_token_file(&resolve(path), field)
+                .map_err(|e| fail(field, e.to_string()))
+        };
+        let mut agent_tokens = AgentTokens::default();
+        if let Some(path) = &config.agent_token_file {
+            agent_tokens.default = Some(read_token("agentTokenFile", path)?);
+        }
+        for (cluster, path) in &config.agent_token_files {
+            let token = read_token(&format!("agentTokenFiles.{cluster}"), path)?;
+            agent_tokens.clusters.insert(cluster.clone(), token);
+        }
         let source = match (&config.manifests, &config.git) {
             (Some(path), None) => SourceConfig::Files(resolve(path)),
             (None, Some(git)) => {
@@ -268,6 +323,7 @@ impl DaemonConfig {
             listen: config.listen,
             store,
             token_file,
+            agent_tokens,
             source,
             tick_ms,
             notifications: config.notifications,
@@ -303,6 +359,53 @@ mod tests {
         let error =
             DaemonConfig::parse("store: s\nmanifest: m\n", "f", Path::new("/")).unwrap_err();
         assert!(error.message.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn agent_tokens_are_read_from_their_files_by_cluster() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str, mode: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write("agents.token", "all-agents\n", 0o600);
+        write("east.token", "east-only", 0o600);
+        let text = "store: s\nmanifests: m\nagentTokenFile: agents.token\n\
+                    agentTokenFiles: {prod-us-east: east.token}\n";
+        let resolved = DaemonConfig::parse(text, "serve.yaml", dir.path()).unwrap();
+        let tokens = &resolved.agent_tokens;
+        assert_eq!(tokens.for_cluster("prod-eu-west"), Some("all-agents"));
+        assert_eq!(tokens.for_cluster("prod-us-east"), Some("east-only"));
+        assert!(!format!("{resolved:?}").contains("all-agents"));
+        let none = DaemonConfig::parse("store: s\nmanifests: m\n", "f", dir.path()).unwrap();
+        assert_eq!(none.agent_tokens.for_cluster("x"), None);
+        // Missing, empty, open to every user: the file and the field, exit 2 from serve.
+        write("empty.token", "", 0o600);
+        write("open.token", "t", 0o644);
+        for (line, field, needle) in [
+            (
+                "agentTokenFile: missing.token",
+                "agentTokenFile",
+                "cannot be read",
+            ),
+            ("agentTokenFile: empty.token", "agentTokenFile", "is empty"),
+            (
+                "agentTokenFiles: {a: open.token}",
+                "agentTokenFiles.a",
+                "open to every user",
+            ),
+        ] {
+            let text = format!("store: s\nmanifests: m\n{line}\n");
+            let error = DaemonConfig::parse(&text, "serve.yaml", dir.path()).unwrap_err();
+            assert_eq!(error.field, field, "{error}");
+            assert_eq!(error.line, 3, "{error}");
+            assert!(
+                error.message.contains(needle) && error.message.contains(".token"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -165,6 +165,27 @@ impl FleetController {
         tick: Duration,
         correct_drift: bool,
     ) -> Result<FleetController, FleetError> {
+        let no_tokens = super::config::AgentTokens::default();
+        FleetController::with_agent_tokens(
+            desired,
+            stored,
+            providers,
+            tick,
+            correct_drift,
+            &no_tokens,
+        )
+    }
+
+    /// [`FleetController::new`] sending each cluster's agent its bearer token (the daemon's
+    /// `agentTokenFile`, or the cluster's own in `agentTokenFiles`) on every change.
+    pub fn with_agent_tokens(
+        desired: &Desired,
+        stored: Option<FleetRecord>,
+        providers: Providers,
+        tick: Duration,
+        correct_drift: bool,
+        agent_tokens: &super::config::AgentTokens,
+    ) -> Result<FleetController, FleetError> {
         let plan = FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
             .map_err(|e| FleetError(e.0))?;
         let name = plan.name.clone();
@@ -234,8 +255,11 @@ impl FleetController {
                     cluster.name
                 )));
             };
-            let client = AgentClient::with_timeout(agent.clone(), Duration::from_secs(5))
+            let mut client = AgentClient::with_timeout(agent.clone(), Duration::from_secs(5))
                 .map_err(|e| FleetError(e.to_string()))?;
+            if let Some(token) = agent_tokens.for_cluster(&cluster.name) {
+                client = client.with_token(token);
+            }
             let adapter = Arc::new(AgentCluster::new(client.clone()));
             controller_clusters.insert(
                 cluster.name.clone(),

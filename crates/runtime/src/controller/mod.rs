@@ -248,12 +248,13 @@ pub async fn serve(
     let mut controllers = Vec::new();
     for d in &desired {
         let name = d.fleet_rollout.metadata.name.clone().unwrap_or_default();
-        let controller = FleetController::new(
+        let controller = FleetController::with_agent_tokens(
             d,
             stored.remove(&name),
             providers.clone(),
             tick,
             correct_drift,
+            &config.agent_tokens,
         )
         .map_err(|e| ServeError::Invalid(format!("FleetRollout {name:?}: {e}")))?;
         controllers.push(controller);

@@ -112,8 +112,16 @@ impl Drop for Lab {
 }
 
 impl Lab {
-    /// Starts the agents and writes the manifests and the daemon's configuration.
+    /// Starts the agents, writes the manifests and the daemon's configuration, and starts the
+    /// daemon.
     fn new(scenario: Scenario, speed: f64, extra_config: &str) -> Lab {
+        let mut lab = Lab::prepare(scenario, speed, extra_config);
+        lab.start_serve();
+        lab
+    }
+
+    /// [`Lab::new`] without starting the daemon.
+    fn prepare(scenario: Scenario, speed: f64, extra_config: &str) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         demo::write_agent_token(dir.path()).unwrap();
         let exe = PathBuf::from(env!("CARGO_BIN_EXE_flotilla"));
@@ -173,16 +181,54 @@ impl Lab {
             ),
         )
         .unwrap();
-        let mut lab = Lab {
+        Lab {
             dir,
             agents,
             routers,
             controls: controls_kept,
             serve: None,
             api: String::new(),
-        };
-        lab.start_serve();
-        lab
+        }
+    }
+
+    /// Restarts one agent gracefully on the same ports: it comes back as its configuration file
+    /// says (the stable version, no canary, weight 0), as a restarted data plane does.
+    fn restart_agent(&mut self, site: usize) {
+        let agent = &mut self.agents[site];
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(agent.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        agent.wait().unwrap();
+        let path = self.dir.path().join(format!("{}.yaml", SITES[site].name));
+        let config = std::fs::read_to_string(&path).unwrap();
+        let router = self.routers[site].trim_start_matches("http://").to_owned();
+        let control = self.controls[site].trim_start_matches("http://").to_owned();
+        let config =
+            config
+                .replacen("127.0.0.1:0", &router, 1)
+                .replacen("127.0.0.1:0", &control, 1);
+        std::fs::write(&path, config).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut child = flotilla()
+                .args(["agent", "--config"])
+                .arg(&path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let line = first_line(&mut child);
+            if !line.is_empty() {
+                self.agents[site] = child;
+                break;
+            }
+            // The ports may still be held for a moment.
+            let _ = child.wait();
+            assert!(Instant::now() < deadline, "the agent did not come back");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        wait_stable_ready(&self.controls[site]);
     }
 
     fn start_serve(&mut self) {
@@ -813,6 +859,62 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
         !dir.path().join("s.redb.token").exists(),
         "a token was created"
     );
+    // A store that exists but is empty (`: > state.redb` while stopped) is refused: it must
+    // never look like a first start, which would deploy the manifests everywhere at once.
+    write(
+        "m.yaml",
+        &demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0),
+    );
+    let config = write(
+        "serve.yaml",
+        "store: s.redb\nmanifests: m.yaml\nlisten: \"127.0.0.1:0\"\n",
+    );
+    write("s.redb", "");
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("s.redb")
+            && stderr.contains("empty (0 bytes)")
+            && stderr.contains("--init-store"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join("s.redb")).unwrap().len(),
+        0
+    );
+    assert!(
+        !dir.path().join("s.redb.token").exists(),
+        "a token was created"
+    );
+    // A garbled one: refused with the reason, never a panic (exit 101).
+    write("s.redb", &"garbage ".repeat(4096));
+    let output = serve(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("s.redb") && stderr.contains("not a readable Flotilla store"),
+        "{stderr}"
+    );
+    // `--init-store` creates one over the empty file, and says so.
+    write("s.redb", "");
+    let mut child = flotilla()
+        .args(["serve", "--init-store", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = first_line(&mut child);
+    assert!(line.contains("listening"), "{line}");
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("created a new store"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(std::fs::metadata(dir.path().join("s.redb")).unwrap().len() > 0);
     // A port in use.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     write(
@@ -1123,14 +1225,6 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
             .unwrap()
             .with_token(demo::read_agent_token(lab.dir.path()).unwrap());
         agent.scale("stable", NEW, 2).await.unwrap();
-        lab.wait_for("the drift to be reported", Duration::from_secs(30), |v| {
-            cluster(v, "prod-us-east").drift.is_some()
-        })
-        .await;
-        lab.wait_for("the drift to be corrected", Duration::from_secs(60), |v| {
-            cluster(v, "prod-us-east").drift.is_none()
-        })
-        .await;
         let stable = |status: &flotilla_agent::control::AgentStatus| {
             status
                 .subsets
@@ -1138,7 +1232,26 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
                 .find(|s| s.subset == "stable")
                 .map(|s| s.version.clone())
         };
-        assert_eq!(stable(&agent.status().await.unwrap()).as_deref(), Some("1.8.3"));
+        // The controller reconciles continuously: the pinned cluster is put back on its pin,
+        // and the repair is in the audit log.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let history = lab.client().history("payment-api").await.unwrap();
+            let repaired = history.iter().any(|e| {
+                e.kind == "repair"
+                    && e.cluster.as_deref() == Some("prod-us-east")
+                    && e.message.contains(&format!("runs {NEW}, not 1.8.3"))
+            });
+            if repaired && stable(&agent.status().await.unwrap()).as_deref() == Some("1.8.3") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never repaired: {history:#?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        lab.wait_for("the drift to be gone", Duration::from_secs(60), |v| {
+            cluster(v, "prod-us-east").drift.is_none()
+        })
+        .await;
         // A restart deploys nothing: the same revision, still halted, no other commit.
         let before = lab.fleet().await;
         lab.kill_serve();
@@ -1156,8 +1269,323 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
         assert_eq!(cluster(&after, "prod-us-east").stable_version.as_deref(), Some("1.8.3"));
         assert_eq!(git(&bare, &["rev-list", "--count", "main"]), "3");
         let history = lab.client().history("payment-api").await.unwrap();
-        assert!(history.iter().any(|e| e.kind == "drift"), "{history:#?}");
+        assert!(history.iter().any(|e| e.kind == "repair"), "{history:#?}");
         let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:#?}");
+    });
+}
+
+/// What every agent runs, sampled all along a test: a violation is a canary subset running the
+/// previous version (a resume re-creating what the settled state no longer needs).
+struct Watch {
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Watch {
+    fn start(controls: &[String]) -> Watch {
+        let agents: Vec<(String, flotilla_agent::AgentClient)> = SITES
+            .iter()
+            .zip(controls)
+            .map(|(site, c)| {
+                (
+                    site.name.to_owned(),
+                    flotilla_agent::AgentClient::with_timeout(c.clone(), Duration::from_secs(2))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(async move {
+            let mut violations = Vec::new();
+            loop {
+                for (name, agent) in &agents {
+                    let Ok(status) = agent.status().await else {
+                        continue;
+                    };
+                    for subset in &status.subsets {
+                        if subset.subset == "canary"
+                            && subset.version == demo::OLD
+                            && subset.desired_replicas > 0
+                        {
+                            violations.push(format!(
+                                "{name}: the canary subset runs {} x{}",
+                                subset.version, subset.desired_replicas
+                            ));
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = &mut stopped => return violations,
+                }
+            }
+        });
+        Watch { stop, run }
+    }
+
+    async fn finish(self) -> Vec<String> {
+        let _ = self.stop.send(());
+        self.run.await.unwrap()
+    }
+}
+
+/// Checks the audit log of one revision: every cluster serving the new version was validated on
+/// evidence; no cluster of a later wave started before the wave before it completed; no cluster
+/// started twice.
+fn assert_nothing_deployed_without_evidence(
+    view: &FleetView,
+    history: &[flotilla_runtime::controller::record::AuditEntry],
+) {
+    let history: Vec<_> = history
+        .iter()
+        .filter(|e| e.revision == view.revision)
+        .collect();
+    for (w, wave) in view.waves.iter().enumerate() {
+        for c in &wave.clusters {
+            if c.stable_version.as_deref() == Some(NEW) {
+                let validated = history.iter().find(|e| {
+                    e.kind == "validate" && e.cluster.as_deref() == Some(c.name.as_str())
+                });
+                let validated = validated
+                    .unwrap_or_else(|| panic!("{} serves {NEW} unvalidated: {history:#?}", c.name));
+                assert!(
+                    !validated.evidence.is_empty(),
+                    "{} validated without evidence: {validated:#?}",
+                    c.name
+                );
+            }
+            let starts: Vec<_> = history
+                .iter()
+                .filter(|e| {
+                    e.kind == "advance" && e.message.starts_with(&format!("{} starts", c.name))
+                })
+                .collect();
+            assert!(
+                starts.len() <= 1,
+                "{} started {} times: {starts:#?}",
+                c.name,
+                starts.len()
+            );
+            if w > 0
+                && let Some(start) = starts.first()
+            {
+                let previous = history
+                    .iter()
+                    .find(|e| {
+                        e.kind == "wave" && e.message.contains(&format!("wave {w} completed"))
+                    })
+                    .unwrap_or_else(|| panic!("{} started before wave {w} completed", c.name));
+                assert!(
+                    start.time >= previous.time,
+                    "{} started before wave {w} completed",
+                    c.name
+                );
+            }
+        }
+    }
+}
+
+/// Chaos: the daemon is killed (SIGKILL) at seeded random moments across a whole fleet rollout,
+/// once for sure in wave 1's bake, under load. The outcome is the uninterrupted run's (the
+/// scenario's expected outcome, which `every_demo_scenario…` and the regional test reach
+/// without kills), nothing is deployed without evidence, a resume never re-creates the previous
+/// version in a canary subset, and no request fails. `FLOTILLA_CHAOS_SEED` picks another seed.
+#[test]
+fn kills_at_random_moments_change_no_outcome_and_deploy_nothing_without_evidence() {
+    let _machine = exclusive();
+    let seed: u64 = std::env::var("FLOTILLA_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_f10c);
+    // xorshift64*: the test's only randomness, reproducible from the seed.
+    let mut state = seed | 1;
+    let mut next = move |below: u64| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d) % below
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut lab = Lab::new(Scenario::RegionalRegression, 2.0, "");
+        let load = Load::start(lab.targets());
+        let watch = Watch::start(&lab.controls);
+        lab.release().await;
+        // Once in wave 1's bake: canary-eu-west validated, wave 2 not started.
+        lab.wait_for("wave 1's bake", Duration::from_secs(90), |v| {
+            cluster(v, "canary-eu-west").status == "Validated" && v.waves[1].started_at.is_none()
+        })
+        .await;
+        lab.kill_serve();
+        lab.start_serve();
+        let mut kills = 1;
+        let settled = loop {
+            let pause = Duration::from_millis(2_000 + next(8_000));
+            let deadline = Instant::now() + pause;
+            let mut view = lab.fleet().await;
+            while Instant::now() < deadline && !demo::settled(&view) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                view = lab.fleet().await;
+            }
+            if demo::settled(&view) || kills >= 6 {
+                break lab
+                    .wait_for(
+                        "the fleet to settle",
+                        Duration::from_secs(240),
+                        demo::settled,
+                    )
+                    .await;
+            }
+            lab.kill_serve();
+            tokio::time::sleep(Duration::from_millis(next(1_500))).await;
+            lab.start_serve();
+            kills += 1;
+        };
+        let (passed, expected) = demo::judge(Scenario::RegionalRegression, &settled);
+        assert!(
+            passed,
+            "seed {seed}, {kills} kills: expected {expected}: {settled:#?}\n{}",
+            lab.log()
+        );
+        let history = lab.client().history("payment-api").await.unwrap();
+        assert_nothing_deployed_without_evidence(&settled, &history);
+        assert!(
+            !history.iter().any(|e| e.kind == "validate"
+                && e.cluster.as_deref() == Some("prod-us-east")
+                && e.revision == settled.revision),
+            "the regressed cluster was validated: {history:#?}"
+        );
+        let violations = watch.finish().await;
+        assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
+        let report = load.finish().await;
+        assert_eq!(report.failed, 0, "seed {seed}: {report:#?}");
+    });
+}
+
+/// Fail closed, as an operator meets it: a first start on a fleet already serving 1.8.3 with
+/// manifests that say 1.9.0 adopts what runs and rolls 1.9.0 out in waves, on evidence; an agent
+/// restarted mid-canary (it comes back as its file says: no canary) is repaired before its
+/// rollout goes on; an invalid edit of the manifests before a restart leaves the fleet running
+/// its last valid state, with the error shown.
+#[test]
+fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fleet_running() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut lab = Lab::prepare(Scenario::Healthy, 2.0, "");
+        let path = lab.dir.path().join("manifests.yaml");
+        let manifests = std::fs::read_to_string(&path).unwrap();
+        let released = manifests.replace(
+            &format!("payment-api:{}", demo::OLD),
+            &format!("payment-api:{NEW}"),
+        );
+        assert_ne!(released, manifests);
+        std::fs::write(&path, &released).unwrap();
+        let watch = Watch::start(&lab.controls);
+        let load = Load::start(lab.targets());
+        lab.start_serve();
+        // Wave 1 runs; the later waves' clusters still serve 1.8.3 alone.
+        let view = lab
+            .wait_for("wave 1's canary", Duration::from_secs(60), |v| {
+                cluster(v, "canary-eu-west").status == "Progressing"
+            })
+            .await;
+        for name in ["prod-eu-west", "prod-us-east", "prod-ap-south"] {
+            let c = cluster(&view, name);
+            assert_eq!(c.status, "NotStarted", "{name}: {c:#?}");
+        }
+        for (i, site) in SITES.iter().enumerate().skip(1) {
+            let agent = flotilla_agent::AgentClient::new(lab.controls[i].clone()).unwrap();
+            let status = agent.status().await.unwrap();
+            for subset in &status.subsets {
+                assert!(
+                    subset.version == demo::OLD || subset.desired_replicas == 0,
+                    "{}: {subset:#?}",
+                    site.name
+                );
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let history = loop {
+            let history = lab.client().history("payment-api").await.unwrap();
+            if history.iter().filter(|e| e.kind == "adopt").count() >= 4 {
+                break history;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not every cluster adopted: {history:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let adopted: Vec<_> = history.iter().filter(|e| e.kind == "adopt").collect();
+        assert_eq!(adopted.len(), 4, "{history:#?}");
+        for entry in &adopted {
+            assert!(
+                entry
+                    .message
+                    .contains(&format!("runs {}: adopted on it", demo::OLD)),
+                "{entry:#?}"
+            );
+        }
+        // prod-eu-west's agent restarts mid-canary.
+        lab.wait_for("prod-eu-west mid-canary", Duration::from_secs(120), |v| {
+            let c = cluster(v, "prod-eu-west");
+            c.status == "Progressing" && c.weights.is_some_and(|(canary, _)| canary > 0)
+        })
+        .await;
+        let eu_west = SITES.iter().position(|s| s.name == "prod-eu-west").unwrap();
+        lab.restart_agent(eu_west);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let history = lab.client().history("payment-api").await.unwrap();
+            if history
+                .iter()
+                .any(|e| e.kind == "repair" && e.cluster.as_deref() == Some("prod-eu-west"))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no repair: {history:#?}\n{}",
+                lab.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Wave 3 in progress: the daemon is stopped, the manifests get a typo, it starts again.
+        lab.wait_for("wave 3", Duration::from_secs(120), |v| v.wave == 3)
+            .await;
+        lab.kill_serve();
+        std::fs::write(&path, released.replacen("bakeTime:", "bakeTme:", 1)).unwrap();
+        lab.start_serve();
+        let view = lab.fleet().await;
+        assert!(
+            view.errors
+                .iter()
+                .any(|e| e.contains("manifests.yaml:") && e.contains("bakeTme")),
+            "{view:#?}"
+        );
+        let done = lab
+            .wait_for(
+                "completion on the last valid state",
+                Duration::from_secs(180),
+                |v| v.phase == "Completed",
+            )
+            .await;
+        for site in SITES {
+            let c = cluster(&done, site.name);
+            assert_eq!(
+                (c.status.as_str(), c.stable_version.as_deref()),
+                ("Validated", Some(NEW)),
+                "{c:#?}"
+            );
+        }
+        assert!(!done.errors.is_empty(), "the error is still shown");
+        let history = lab.client().history("payment-api").await.unwrap();
+        assert!(history.iter().any(|e| e.kind == "invalid"), "{history:#?}");
+        assert_nothing_deployed_without_evidence(&done, &history);
+        let violations = watch.finish().await;
+        assert!(violations.is_empty(), "{violations:#?}");
+        load.finish().await;
     });
 }

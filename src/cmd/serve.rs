@@ -14,11 +14,18 @@ pub struct ServeArgs {
     /// The daemon's configuration (YAML); see docs/controller.md.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// Create the store over an existing empty file (a store that holds state is never
+    /// replaced; an absent store is created at first start without this flag).
+    #[arg(long)]
+    init_store: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = match DaemonConfig::load(&args.config) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.init_store = args.init_store;
+            c
+        }
         Err(e) => {
             eprintln!("flotilla serve: {e}");
             return Ok(ExitCode::from(2));

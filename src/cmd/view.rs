@@ -48,6 +48,15 @@ pub fn render(view: &FleetView) -> String {
     if let Some(git) = &view.git {
         let _ = writeln!(out, "Git:        {git}");
     }
+    if !view.errors.is_empty() {
+        let _ = writeln!(
+            out,
+            "Invalid:    the desired state was refused; the last valid one keeps running"
+        );
+        for error in &view.errors {
+            let _ = writeln!(out, "  ✖ {error}");
+        }
+    }
     let _ = writeln!(
         out,
         "\n{:<28} {:<12} {:<6} {:<8} {:<16} INFO",

@@ -9,7 +9,9 @@
 //!   subset;
 //! - `MarkStable` points the `stable` subset at the revision's version (the agent surges: the
 //!   old replicas serve until as many new ones are ready, so no request is dropped);
-//! - scaling a revision to zero that runs in no subset any more does nothing;
+//! - scaling a revision to zero that runs in no subset any more does nothing, and so does
+//!   scaling up a revision that is neither the stable nor the current one (an old stable kept
+//!   for its scale-down delay, which the agent's surge already replaced);
 //! - [`AgentCluster::settle`] empties the `canary` subset once it runs the stable's version with
 //!   no weight (after a promotion), which the engine never asks for by name.
 //!
@@ -37,6 +39,11 @@ pub struct Placement {
     pub versions: BTreeMap<RevisionNumber, String>,
     /// The stable revision.
     pub stable: Option<RevisionNumber>,
+    /// The revision of the current pod template (the canary, when it is not the stable). Any
+    /// other revision is an old one the engine keeps for its scale-down delay: the agent's surge
+    /// already replaced it, so it is never started again (a restarted controller re-asserting
+    /// `Scale{old, n}` must not bring the previous version back into the canary subset).
+    pub current: Option<RevisionNumber>,
 }
 
 /// One agent as the controller drives it.
@@ -149,12 +156,19 @@ impl WorkloadDriver for AgentCluster {
     ) -> Result<(), PortError> {
         let version = self.version_of(revision)?;
         let replicas = replicas.max(0) as u32;
-        let stable = self.placement.lock().expect("placement lock").stable;
+        let (stable, current) = {
+            let placement = self.placement.lock().expect("placement lock");
+            (placement.stable, placement.current)
+        };
         if stable == Some(revision) {
             self.client
                 .scale(STABLE, &version, replicas)
                 .await
                 .map_err(port)?;
+            return Ok(());
+        }
+        if replicas > 0 && current != Some(revision) {
+            // An old revision kept for its scale-down delay: nothing runs it here any more.
             return Ok(());
         }
         if replicas == 0 {

@@ -97,6 +97,11 @@ pub struct ClusterState {
     /// it on something other than the revision's `previous` spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
+    /// Its canary was aborted because an analysis run ended in Error (a provider outage, a
+    /// run that could not be planned): no verdict on the version, so no rejection and no
+    /// durable change; the wave waits for `retry` instead of counting it decided.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub aborted_on_error: bool,
 }
 
 /// The fleet machine's state: serializable, restored as is.
@@ -163,6 +168,10 @@ pub struct ClusterObservation {
     pub reachable: bool,
     /// What its workloads and router report (analysis is filled by the machine).
     pub observed: Observed,
+    /// What it runs differs from what the machine last decided for it (a restarted data plane,
+    /// a change by hand), and the driver is re-applying the decision: the cluster is held (no
+    /// step advances, nothing is judged) until it matches again.
+    pub diverged: bool,
 }
 
 /// Fleet-level operator commands.
@@ -528,6 +537,7 @@ impl FleetMachine {
             cluster.decided_at = None;
             cluster.reason.clear();
             cluster.failure = None;
+            cluster.aborted_on_error = false;
             cluster.runs.clear();
         }
         self.hashes = (
@@ -550,6 +560,25 @@ impl FleetMachine {
         self.state.wave_started_at = vec![None; self.plan.waves.len()];
         self.state.wave_completed_at = vec![None; self.plan.waves.len()];
         self.state.bake_started_at = None;
+    }
+
+    /// First start: `cluster` was observed running `running` (its spec as the manifests say it,
+    /// at the version the cluster serves) before the machine ever reconciled it. That spec
+    /// becomes the cluster's baseline: its engine takes it as the stable it already runs
+    /// (nothing is deployed), and the fleet revision reaches it through its wave and analysis,
+    /// unless `running` is the revision itself (adopted as it is: already on it). Only a cluster
+    /// never reconciled can be adopted; a later call changes nothing and returns false.
+    pub fn adopt(&mut self, cluster: &str, running: &Rollout) -> bool {
+        let Some(state) = self.state.clusters.get(cluster) else {
+            return false;
+        };
+        if state.rollout.stable.is_some() || !state.rollout.revisions.is_empty() {
+            return false;
+        }
+        self.remember(running);
+        let state = self.state.clusters.get_mut(cluster).expect("known cluster");
+        state.baseline = Some(rollout::template_hash(running));
+        true
     }
 
     /// Makes a spec available as a baseline (a restored machine is told the specs its clusters'
@@ -739,6 +768,7 @@ impl FleetMachine {
                                 .rejections
                                 .remove(&(name.clone(), revision.clone()));
                             state.status = ClusterStatus::NotStarted;
+                            state.aborted_on_error = false;
                             state.failure = None;
                             state.reason = "retrying".into();
                             state.runs.clear();
@@ -846,20 +876,30 @@ impl FleetMachine {
             }
             return;
         }
+        if observation.diverged {
+            // Reachable, but not running what was decided: nothing advances on it until the
+            // driver's repair took effect.
+            let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+            cluster.unreachable_since = None;
+            return;
+        }
         // Feed the runs' phases to the engine, take its decisions.
         let mut observed = Cow::Borrowed(&observation.observed);
         let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
         for key in cluster_runs {
-            let Some(plan) = self.run_plan(spec, name, key) else {
-                continue;
-            };
+            // A run whose plan cannot be derived (a missing template, an argument that does not
+            // resolve) is still reported: it is in Error, and the engine must see it, or the
+            // canary would go on with nothing judging it.
+            let plan = self.run_plan(spec, name, key);
             let run = &self.state.clusters[name].runs[&key];
             observed.to_mut().analysis.insert(
                 key,
                 RunReport {
                     phase: run.phase,
                     message: run.message.clone(),
-                    abort_on_inconclusive: run.inconclusive_action(&plan) == OnInconclusive::Abort,
+                    abort_on_inconclusive: plan.is_some_and(|plan| {
+                        run.inconclusive_action(&plan) == OnInconclusive::Abort
+                    }),
                 },
             );
         }
@@ -958,8 +998,32 @@ impl FleetMachine {
         }
         let engine = &cluster.rollout;
         if engine.abort {
-            // Failed: record why, reject the revision for this cluster, roll it back alone.
             let failure = cluster.runs.values().find_map(run_failure);
+            // An analysis that errored (and none that failed) is no verdict on the version: the
+            // canary is aborted, but nothing is rejected and the failure budget is untouched.
+            let errored = cluster
+                .runs
+                .values()
+                .any(|r| r.phase == AnalysisPhase::Error)
+                && !cluster
+                    .runs
+                    .values()
+                    .any(|r| r.phase == AnalysisPhase::Failed);
+            if errored {
+                cluster.status = ClusterStatus::RolledBack;
+                cluster.aborted_on_error = true;
+                cluster.decided_at = Some(now);
+                cluster.failure = failure.clone();
+                let why = match &failure {
+                    Some(f) => format!("metric {} errored: {}", f.metric, f.message),
+                    None => engine.message.clone(),
+                };
+                cluster.reason = format!(
+                    "aborted without rejection: the analysis errored ({why}); an error is not a verdict on the version: retry starts the cluster again"
+                );
+                return;
+            }
+            // Failed: record why, reject the revision for this cluster, roll it back alone.
             let revision = self.state.revision.clone();
             let scope = self.plan.policy.rollback_scope;
             let wave = self.plan.wave_of(name);
@@ -987,8 +1051,14 @@ impl FleetMachine {
         if !healthy {
             return;
         }
-        // Already on this revision before the fleet rollout began: nothing to prove.
-        if previous_hash == new_hash {
+        // Already on this revision before the fleet rollout began (the whole fleet, or this
+        // cluster: a supersede back to what it runs, as an `undo` mid-rollout is, or a cluster
+        // adopted at first start): nothing to prove, and nothing was deployed.
+        let ran_before = cluster
+            .baseline
+            .as_deref()
+            .map_or(previous_hash == new_hash, |b| *b == *new_hash);
+        if ran_before {
             cluster.status = ClusterStatus::Validated;
             cluster.decided_at = Some(now);
             cluster.reason = "already on this revision".into();
@@ -1225,15 +1295,29 @@ impl FleetMachine {
             return;
         };
         let decided = members.iter().all(|n| {
+            let cluster = &self.state.clusters[n];
             matches!(
-                self.state.clusters[n].status,
+                cluster.status,
                 ClusterStatus::Validated
                     | ClusterStatus::Skipped
                     | ClusterStatus::RolledBack
                     | ClusterStatus::Pinned
-            )
+            ) && !cluster.aborted_on_error
         });
         if !decided {
+            let errored: Vec<&str> = members
+                .iter()
+                .filter(|n| self.state.clusters[*n].aborted_on_error)
+                .map(String::as_str)
+                .collect();
+            if !errored.is_empty() {
+                self.state.message = format!(
+                    "wave {} waits: {} aborted on an analysis error, which is no verdict on the version; retry starts {} again",
+                    self.state.wave + 1,
+                    errored.join(", "),
+                    if errored.len() == 1 { "it" } else { "them" }
+                );
+            }
             self.state.bake_started_at = None;
             // A wave undecided again (a retry) runs its wave analysis anew once decided.
             if let Some(wave_run) = &mut self.state.wave_run

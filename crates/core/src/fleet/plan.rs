@@ -60,6 +60,9 @@ pub struct FleetPlan {
     pub wave_index: BTreeMap<String, usize>,
     /// The analysis that must pass after each wave's bake (`waveAnalysis`), if any.
     pub wave_analysis: Option<WaveAnalysis>,
+    /// The values of the secrets templates' arguments name (`valueFrom.secretKeyRef`), by
+    /// (secret, key): read by the runtime (the core reads nothing), redacted in every output.
+    pub secrets: BTreeMap<(String, String), String>,
 }
 
 /// Why a fleet rollout cannot be planned.
@@ -146,6 +149,7 @@ impl FleetPlan {
         Ok(FleetPlan {
             wave_index,
             wave_analysis: fleet_rollout.spec.wave_analysis.clone(),
+            secrets: BTreeMap::new(),
             name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
             waves,
             max_update,
@@ -212,7 +216,40 @@ impl FleetPlan {
         for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
             values.insert(name, ArgValue::plain(value));
         }
+        self.add_secrets(&spec, &mut values);
         Ok((spec, values))
+    }
+
+    /// Every (secret, key) the templates' arguments read (`valueFrom.secretKeyRef`).
+    pub fn secret_refs(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.templates
+            .values()
+            .flat_map(|t| t.args.iter())
+            .filter_map(|a| a.secret_key_ref())
+            .map(|r| (r.name.clone(), r.key.clone()))
+            .collect()
+    }
+
+    /// Secret values for the declared arguments that name one and were not given; an argument
+    /// whose secret is unknown stays unresolved (the run cannot start: an Error).
+    fn add_secrets(&self, spec: &AnalysisTemplateSpec, values: &mut BTreeMap<String, ArgValue>) {
+        for arg in &spec.args {
+            if values.contains_key(&arg.name) {
+                continue;
+            }
+            let Some(secret) = arg.secret_key_ref() else {
+                continue;
+            };
+            if let Some(value) = self.secrets.get(&(secret.name.clone(), secret.key.clone())) {
+                values.insert(
+                    arg.name.clone(),
+                    ArgValue {
+                        value: value.clone(),
+                        secret: true,
+                    },
+                );
+            }
+        }
     }
 
     /// The analysis plan of wave `wave`'s (0-based) wave-level analysis: the `waveAnalysis`
@@ -228,6 +265,7 @@ impl FleetPlan {
         Some(self.merge_templates(&analysis.templates).and_then(|spec| {
             let mut values = argument_values(rollout, &analysis.args);
             values.insert(WAVE_ARG.into(), ArgValue::plain((wave + 1).to_string()));
+            self.add_secrets(&spec, &mut values);
             resolve(&spec, &values)
         }))
     }

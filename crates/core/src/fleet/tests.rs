@@ -96,6 +96,8 @@ struct Truth {
     wave_regressed: BTreeSet<usize>,
     /// Waves (1-based) whose wave-level analysis queries return no data.
     wave_no_data: BTreeSet<usize>,
+    /// Clusters the driver reports diverged from what was decided (being repaired).
+    diverged: BTreeSet<&'static str>,
 }
 
 impl Truth {
@@ -107,6 +109,7 @@ impl Truth {
             no_traffic: BTreeSet::new(),
             wave_regressed: BTreeSet::new(),
             wave_no_data: BTreeSet::new(),
+            diverged: BTreeSet::new(),
         }
     }
 }
@@ -223,6 +226,7 @@ impl Sim {
                     ClusterObservation {
                         reachable: !self.truth.unreachable.contains(c),
                         observed,
+                        diverged: self.truth.diverged.contains(c),
                     },
                 )
             })
@@ -1275,6 +1279,275 @@ fn a_new_revision_supersedes_the_one_in_flight() {
             "{cluster} got the superseded 1.9.0"
         );
     }
+}
+
+/// `undo` mid-rollout is a supersede back to the previous spec: the clusters still on it are
+/// already there (nothing deployed, nothing to prove), the validated one takes it through the
+/// canary with analysis, and the fleet completes; none is left Paused for "no analysis".
+#[test]
+fn an_undo_mid_rollout_returns_every_cluster_and_completes() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    while sim.machine.state.clusters["prod-eu-west"].status != ClusterStatus::Progressing {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    run_for(&mut sim, 20_000);
+    assert!(
+        sim.weights["prod-eu-west"].canary > 0,
+        "prod-eu-west mid-canary"
+    );
+    let (old_previous, old_next) = (sim.previous.clone(), sim.next.clone());
+    sim.previous = old_next.clone();
+    sim.next = old_previous.clone();
+    let deployed_before = sim.deployed.len();
+    sim.machine.supersede(
+        &Revisions {
+            previous: &old_previous,
+            next: &old_next,
+        },
+        &Revisions {
+            previous: &sim.previous,
+            next: &sim.next,
+        },
+    );
+    sim.run_until(sim.now + 3_600_000);
+    assert_eq!(
+        sim.machine.state.phase,
+        FleetPhase::Completed,
+        "{}: {:?}",
+        sim.machine.state.message,
+        sim.machine
+            .state
+            .clusters
+            .iter()
+            .map(|(n, c)| (n.clone(), c.status, c.reason.clone()))
+            .collect::<Vec<_>>()
+    );
+    for cluster in CLUSTERS {
+        assert!(sim.stable_is_new(cluster), "{cluster} ends on 1.8.3");
+    }
+    for cluster in ["prod-eu-west", "prod-us-east", "prod-ap-south"] {
+        assert_eq!(
+            sim.machine.state.clusters[cluster].reason, "already on this revision",
+            "{cluster}"
+        );
+        sim.assert_nothing_deployed_since(deployed_before, cluster);
+    }
+    // canary-eu-west had 1.9.0 validated: it goes back through a canary of 1.8.3, on evidence.
+    assert!(
+        sim.machine.state.clusters["canary-eu-west"]
+            .reason
+            .starts_with("validated"),
+        "{}",
+        sim.machine.state.clusters["canary-eu-west"].reason
+    );
+}
+
+/// A run that cannot be planned (the Rollout names a template nobody loaded) is an Error the
+/// engine sees: the canary is aborted back to weight 0 instead of going to 100% with nothing
+/// judging it, no rejection is recorded (an error is no verdict), and the wave waits.
+#[test]
+fn a_run_that_cannot_be_planned_aborts_the_canary_without_a_rejection() {
+    let mut next = rollout("payment-api:1.9.0");
+    next.spec
+        .strategy
+        .as_mut()
+        .and_then(|s| s.canary.as_mut())
+        .and_then(|c| c.analysis.as_mut())
+        .unwrap()
+        .templates[0]
+        .template_name = "no-such-template".into();
+    let mut sim = Sim::with_specs(
+        &fleet(),
+        fleet_rollout(json!({})),
+        GUARDED,
+        Truth::healthy(),
+        (rollout("payment-api:1.8.3"), next),
+    );
+    sim.run_until(3_600_000);
+    let canary = &sim.machine.state.clusters["canary-eu-west"];
+    assert_eq!(
+        canary.status,
+        ClusterStatus::RolledBack,
+        "{}",
+        canary.reason
+    );
+    assert!(canary.aborted_on_error, "{}", canary.reason);
+    assert!(
+        canary.reason.contains("aborted without rejection"),
+        "{}",
+        canary.reason
+    );
+    assert!(sim.machine.state.rejections.is_empty());
+    assert!(!sim.stable_is_new("canary-eu-west"), "never promoted");
+    assert_eq!(
+        sim.weights["canary-eu-west"].canary, 0,
+        "its canary is back at 0"
+    );
+    assert_eq!(
+        sim.got_new_version("prod-eu-west"),
+        None,
+        "wave 2 never starts"
+    );
+    assert!(
+        sim.machine.state.message.contains("retry"),
+        "{}",
+        sim.machine.state.message
+    );
+}
+
+/// A diverged cluster is held: its step does not advance and it is not judged while the driver
+/// repairs it; it carries on from the same step once it matches again.
+#[test]
+fn a_diverged_cluster_advances_no_step_until_it_matches_again() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    while sim.machine.state.clusters["canary-eu-west"]
+        .rollout
+        .step_index
+        .unwrap_or(0)
+        < 1
+    {
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    let step = sim.machine.state.clusters["canary-eu-west"]
+        .rollout
+        .step_index;
+    sim.truth.diverged.insert("canary-eu-west");
+    run_for(&mut sim, 600_000);
+    let cluster = &sim.machine.state.clusters["canary-eu-west"];
+    assert_eq!(cluster.rollout.step_index, step, "held at its step");
+    assert_eq!(cluster.status, ClusterStatus::Progressing);
+    assert_eq!(
+        cluster.unreachable_since, None,
+        "diverged is not unreachable"
+    );
+    sim.truth.diverged.clear();
+    sim.run_until(sim.now + 3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Completed);
+}
+
+/// First start: a cluster adopted on an older version is taken through its wave with
+/// analysis (never "already on this revision"); one adopted on the manifest's revision is.
+#[test]
+fn clusters_adopted_at_first_start_are_judged_unless_already_on_the_revision() {
+    let next = rollout("payment-api:1.9.0");
+    let plan = FleetPlan::resolve(
+        &fleet(),
+        &fleet_rollout(json!({})),
+        &[template(GUARDED), wave_template(GUARDED)],
+    )
+    .unwrap();
+    // The first start's revision: previous and next are both the manifest.
+    let machine = FleetMachine::new(
+        plan,
+        &Revisions {
+            previous: &next,
+            next: &next,
+        },
+        None,
+    );
+    let mut sim = Sim {
+        machine,
+        previous: next.clone(),
+        next: next.clone(),
+        truth: Truth::healthy(),
+        now: 0,
+        replicas: BTreeMap::new(),
+        weights: BTreeMap::new(),
+        pending: Vec::new(),
+        deployed: Vec::new(),
+        wave_measured: Vec::new(),
+    };
+    let old = rollout("payment-api:1.8.3");
+    for cluster in ["canary-eu-west", "prod-eu-west", "prod-us-east"] {
+        assert!(sim.machine.adopt(cluster, &old));
+    }
+    assert!(sim.machine.adopt("prod-ap-south", &next));
+    sim.step(&[]);
+    assert!(
+        !sim.machine.adopt("canary-eu-west", &next),
+        "only before its first reconcile"
+    );
+    // The first reconcile asserts what each cluster already runs: the old spec where it was
+    // adopted on 1.8.3 (the simulated fleet starts empty, so it shows as a scale-up), never 1.9.0.
+    let old_hash = crate::rollout::template_hash(&old);
+    for (_, cluster, hash) in &sim.deployed {
+        let expected = if cluster == "prod-ap-south" {
+            sim.new_hash()
+        } else {
+            old_hash.clone()
+        };
+        assert_eq!(*hash, expected, "{cluster}");
+    }
+    sim.run_until(3_600_000);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Completed);
+    for cluster in ["canary-eu-west", "prod-eu-west", "prod-us-east"] {
+        let c = &sim.machine.state.clusters[cluster];
+        assert!(c.reason.starts_with("validated"), "{cluster}: {}", c.reason);
+        assert!(
+            sim.got_new_version(cluster).is_some(),
+            "{cluster} got 1.9.0 in its wave"
+        );
+    }
+    assert_eq!(
+        sim.machine.state.clusters["prod-ap-south"].reason,
+        "already on this revision"
+    );
+    // Waves stayed ordered: wave 2's cluster got the new version after wave 1's was validated.
+    assert!(
+        sim.got_new_version("prod-eu-west").unwrap()
+            > sim.machine.state.clusters["canary-eu-west"]
+                .decided_at
+                .unwrap()
+    );
+}
+
+/// A template argument from `valueFrom.secretKeyRef` takes the value the runtime read into the
+/// plan (redacted in the run's outputs); without it, the argument stays unresolved and the run
+/// cannot start.
+#[test]
+fn secret_arguments_come_from_the_plan_and_are_redacted() {
+    let mut secret_template = template(GUARDED);
+    secret_template.spec.args.push(
+        serde_json::from_value(json!({"name": "token", "valueFrom": {"secretKeyRef": {"name": "prom", "key": "token"}}}))
+            .unwrap(),
+    );
+    secret_template.spec.metrics[0]
+        .provider
+        .prometheus
+        .as_mut()
+        .unwrap()
+        .query = Some("up{token=\"{{args.token}}\"}".into());
+    let mut plan =
+        FleetPlan::resolve(&fleet(), &fleet_rollout(json!({})), &[secret_template]).unwrap();
+    assert_eq!(
+        plan.secret_refs().into_iter().collect::<Vec<_>>(),
+        [("prom".to_owned(), "token".to_owned())]
+    );
+    let key = crate::rollout::RunKey {
+        revision: 2,
+        attempt: 0,
+        slot: crate::rollout::AnalysisSlot::Background,
+    };
+    let next = rollout("payment-api:1.9.0");
+    assert!(
+        plan.run_plan(&next, "canary-eu-west", key).is_err(),
+        "unresolved without it"
+    );
+    plan.secrets
+        .insert(("prom".into(), "token".into()), "hunter2".into());
+    let run = plan.run_plan(&next, "canary-eu-west", key).unwrap();
+    assert_eq!(run.secrets, ["hunter2"]);
+    let query = run.metrics[0]
+        .provider
+        .prometheus
+        .as_ref()
+        .unwrap()
+        .query
+        .clone();
+    assert_eq!(query.as_deref(), Some("up{token=\"hunter2\"}"));
+    assert_eq!(run.redact("token hunter2"), "token *****");
 }
 
 fn pinned_to(image: &str) -> ClusterOverlay {

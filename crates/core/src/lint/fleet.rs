@@ -9,7 +9,7 @@ use regex::Regex;
 use super::{Index, Sink, placeholders};
 use crate::manifest::LoadedManifest;
 use crate::spec::fleet::{Cluster, Fleet, FleetRollout, SelectorOperator};
-use crate::spec::rollout::{AnalysisTemplateRef, Rollout};
+use crate::spec::rollout::Rollout;
 
 fn check_url(sink: &mut Sink, loaded: &LoadedManifest, path: String, url: &str) {
     // The authority runs from `://` to the first `/`, `?` or `#`; the host is what remains
@@ -351,7 +351,7 @@ pub(super) fn check_fleet_rollout(
         );
     }
     if let Some(rollout) = rollout {
-        let gated = !template_refs(rollout).is_empty() || spec.wave_analysis.is_some();
+        let gated = !rollout.analysis_template_refs().is_empty() || spec.wave_analysis.is_some();
         if !gated {
             sink.warn(
                 loaded,
@@ -365,36 +365,6 @@ pub(super) fn check_fleet_rollout(
     }
 }
 
-/// Every analysis template a Rollout references (steps, background, blue-green analyses).
-fn template_refs(rollout: &Rollout) -> Vec<AnalysisTemplateRef> {
-    let mut refs = Vec::new();
-    if let Some(canary) = rollout.canary() {
-        if let Some(background) = &canary.analysis {
-            refs.extend(background.templates.iter().cloned());
-        }
-        for step in &canary.steps {
-            if let Some(analysis) = &step.analysis {
-                refs.extend(analysis.templates.iter().cloned());
-            }
-            if let Some(experiment) = &step.experiment {
-                refs.extend(experiment.analyses.iter().map(|a| a.as_template_ref()));
-            }
-        }
-    }
-    if let Some(blue_green) = rollout.blue_green() {
-        for analysis in [
-            &blue_green.pre_promotion_analysis,
-            &blue_green.post_promotion_analysis,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            refs.extend(analysis.templates.iter().cloned());
-        }
-    }
-    refs
-}
-
 /// The injected arguments a cluster cannot supply: `region` without a region, `metrics-address`
 /// without a metrics endpoint.
 fn check_injected_args(
@@ -406,7 +376,7 @@ fn check_injected_args(
     targeted: &[&str],
 ) {
     let mut used = BTreeSet::new();
-    for reference in &template_refs(rollout) {
+    for reference in &rollout.analysis_template_refs() {
         if let Some((_, template)) =
             index.template(&reference.template_name, reference.is_cluster_scope())
         {
@@ -486,7 +456,7 @@ fn check_global_thresholds(
         })
         .collect();
     let mut reported = BTreeSet::new();
-    for reference in &template_refs(rollout) {
+    for reference in &rollout.analysis_template_refs() {
         let Some((template_loaded, template)) =
             index.template(&reference.template_name, reference.is_cluster_scope())
         else {

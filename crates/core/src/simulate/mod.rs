@@ -294,6 +294,7 @@ pub fn run_observed(
                 ClusterObservation {
                     reachable,
                     observed,
+                    diverged: false,
                 },
             )
         })

@@ -132,6 +132,13 @@ pub struct Argument {
     pub value_from: Option<ValueFrom>,
 }
 
+impl Argument {
+    /// The Secret key the argument's value comes from (`valueFrom.secretKeyRef`), if it does.
+    pub fn secret_key_ref(&self) -> Option<&SecretKeyRef> {
+        self.value_from.as_ref()?.secret_key_ref.as_ref()
+    }
+}
+
 /// Source of an argument's value: exactly one of the fields is expected.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -33,6 +33,37 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// Every analysis template the Rollout references (steps, background, experiments'
+    /// analyses, blue-green's pre- and post-promotion analyses).
+    pub fn analysis_template_refs(&self) -> Vec<AnalysisTemplateRef> {
+        let mut refs = Vec::new();
+        if let Some(canary) = self.canary() {
+            if let Some(background) = &canary.analysis {
+                refs.extend(background.templates.iter().cloned());
+            }
+            for step in &canary.steps {
+                if let Some(analysis) = &step.analysis {
+                    refs.extend(analysis.templates.iter().cloned());
+                }
+                if let Some(experiment) = &step.experiment {
+                    refs.extend(experiment.analyses.iter().map(|a| a.as_template_ref()));
+                }
+            }
+        }
+        if let Some(blue_green) = self.blue_green() {
+            for analysis in [
+                &blue_green.pre_promotion_analysis,
+                &blue_green.post_promotion_analysis,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                refs.extend(analysis.templates.iter().cloned());
+            }
+        }
+        refs
+    }
+
     /// The canary strategy, when `spec.strategy.canary` is set.
     pub fn canary(&self) -> Option<&CanaryStrategy> {
         self.spec.strategy.as_ref()?.canary.as_ref()

@@ -1,5 +1,6 @@
-//! The daemon's HTTP API (axum): reads are open, mutating calls need the bearer token, errors
-//! are JSON with a reason, and decisions stream as server-sent events.
+//! The daemon's HTTP API (axum): reads are open (on loopback; `readsNeedToken` closes them),
+//! mutating calls need the bearer token, request bodies are strict (an unknown field is a 400
+//! that names it), errors are JSON with a reason, and decisions stream as server-sent events.
 //!
 //! | method and path | answer |
 //! |---|---|
@@ -54,7 +55,26 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/fleets/{name}/commands", post(command))
         .route("/v1/events", get(events))
         .route("/v1/sync", post(sync))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            guard_reads,
+        ))
         .with_state(shared)
+}
+
+/// With `readsNeedToken`, every call but `/healthz` needs the bearer token.
+async fn guard_reads(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if shared.reads_need_token
+        && request.uri().path() != "/healthz"
+        && let Err(e) = authorized(&shared, request.headers())
+    {
+        return e.into_response();
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> String {
@@ -117,7 +137,7 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     match given {
         None => Err(ApiError(
             StatusCode::UNAUTHORIZED,
-            "mutating calls need `Authorization: Bearer <token>` (the daemon's token file)".into(),
+            "this call needs `Authorization: Bearer <token>` (the daemon's token file)".into(),
         )),
         Some(token) if constant_time_eq(token.as_bytes(), shared.token.as_bytes()) => Ok(()),
         Some(_) => Err(ApiError(
@@ -138,18 +158,22 @@ async fn command(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     authorized(&shared, &headers)?;
-    let command: OperatorCommand = serde_json::from_slice(&body).map_err(|e| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("the command is not valid: {e}"),
-        )
-    })?;
+    let command = strict_command(&body)?;
     {
         let views = shared.views.read().expect("views lock");
         let view = &views
             .get(&name)
             .ok_or_else(|| not_found(format!("fleet rollout {name:?} not found")))?
             .1;
+        if view.phase == super::INVALID {
+            return Err(ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "fleet rollout {name:?} is not running: its desired state is invalid ({})",
+                    view.errors.join("; ")
+                ),
+            ));
+        }
         let clusters: Vec<&str> = view
             .waves
             .iter()
@@ -204,6 +228,47 @@ async fn command(
         .into_response())
 }
 
+/// Decodes a command body strictly: an unknown field is refused by name, also for the commands
+/// without fields (serde's `deny_unknown_fields` does not reach an internally tagged enum's unit
+/// variants), so that no body is ever run as a plainer command than it says.
+fn strict_command(body: &[u8]) -> Result<OperatorCommand, ApiError> {
+    let invalid = |e: String| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("the command is not valid: {e}"),
+        )
+    };
+    let command: OperatorCommand =
+        serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
+    let given: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
+    // Every field of the command, serialized (none is skipped), plus undo's older spelling.
+    let known = serde_json::to_value(&command).map_err(|e| invalid(e.to_string()))?;
+    if let (Some(given), Some(known)) = (given.as_object(), known.as_object()) {
+        for field in given.keys() {
+            let older = field == "to_revision" && known.contains_key("toRevision");
+            if !known.contains_key(field) && !older {
+                let mut expected: Vec<&str> = known
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != "command")
+                    .collect();
+                expected.sort_unstable();
+                return Err(invalid(format!(
+                    "unknown field `{field}` for {:?}; {}",
+                    command.verb(),
+                    if expected.is_empty() {
+                        "it takes no field".to_owned()
+                    } else {
+                        format!("its fields are {}", expected.join(", "))
+                    }
+                )));
+            }
+        }
+    }
+    Ok(command)
+}
+
 async fn sync(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Result<Response, ApiError> {
     authorized(&shared, &headers)?;
     shared.sync.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -224,4 +289,209 @@ async fn events(
         Some(Ok(Event::default().event(entry.kind.clone()).data(data)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex, RwLock};
+
+    use tokio::sync::{Notify, broadcast};
+
+    use super::super::record::{FleetSummary, FleetView, OperatorCommand, WaveView};
+    use super::super::store::{OpenMode, Store};
+    use super::super::{Metrics, Shared};
+
+    const TOKEN: &str = "s3cret-token";
+
+    /// A live API on loopback with one fleet, `payments`, of two waves and one cluster each.
+    async fn api(reads_need_token: bool) -> (String, Arc<Shared>, tempfile::TempDir) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("s.redb"), OpenMode::Existing).unwrap();
+        let summary = FleetSummary {
+            name: "payments".into(),
+            revision: "r1".into(),
+            image: "payment-api:1.9.0".into(),
+            phase: "Progressing".into(),
+            wave: 1,
+            waves: 2,
+            message: String::new(),
+            errors: Vec::new(),
+        };
+        let wave = |index, name: &str| WaveView {
+            index,
+            started_at: None,
+            completed_at: None,
+            clusters: vec![
+                serde_json::from_value(serde_json::json!({
+                    "name": name, "status": "NotStarted", "reason": "", "reachable": true,
+                    "rolloutPhase": "Healthy", "rolloutMessage": "", "step": null, "weights": null,
+                    "desiredWeight": null, "stableVersion": null, "currentVersion": null,
+                    "failure": null, "startedAt": null, "decidedAt": null, "analysis": []
+                }))
+                .unwrap(),
+            ],
+        };
+        let view = FleetView {
+            name: "payments".into(),
+            revision: "r1".into(),
+            image: "payment-api:1.9.0".into(),
+            previous_image: "payment-api:1.8.3".into(),
+            phase: "Progressing".into(),
+            message: String::new(),
+            wave: 1,
+            paused: false,
+            git: None,
+            waves: vec![wave(1, "canary-eu-west"), wave(2, "prod-us-east")],
+            errors: Vec::new(),
+        };
+        let (events, _) = broadcast::channel(16);
+        let shared = Arc::new(Shared {
+            store: Arc::new(store),
+            views: RwLock::new(BTreeMap::from([(
+                "payments".to_owned(),
+                (summary, view, BTreeMap::new()),
+            )])),
+            events,
+            token: TOKEN.into(),
+            reads_need_token,
+            wake: Notify::new(),
+            sync: AtomicBool::new(false),
+            pending_audit: Mutex::new(Vec::new()),
+            git_results: Mutex::new(Vec::new()),
+            metrics: Arc::new(Metrics::default()),
+            unrunnable: RwLock::new(BTreeMap::new()),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = super::router(shared.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}"), shared, dir)
+    }
+
+    /// The command bodies docs/controller.md shows, one a line in its `jsonl` block.
+    fn documented_bodies() -> Vec<serde_json::Value> {
+        let doc = include_str!("../../../../docs/controller.md");
+        let block = doc
+            .split("```jsonl\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("docs/controller.md has a jsonl block of commands");
+        block
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn every_documented_command_body_is_queued_as_written() {
+        let (base, shared, _dir) = api(false).await;
+        let client = reqwest::Client::new();
+        let bodies = documented_bodies();
+        assert!(bodies.len() >= 11, "{bodies:?}");
+        for body in &bodies {
+            let answer = client
+                .post(format!("{base}/v1/fleets/payments/commands"))
+                .bearer_auth(TOKEN)
+                .json(body)
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status();
+            let text = answer.text().await.unwrap();
+            assert_eq!(status, 202, "{body}: {text}");
+            let queued = shared.store.pending_commands().unwrap();
+            let last = &queued.last().unwrap().command;
+            // What was queued says exactly what the body said: no field dropped or defaulted
+            // away (the bug: `toRevision` was ignored and a plain undo ran).
+            let mut back = serde_json::to_value(last).unwrap();
+            let object = back.as_object_mut().unwrap();
+            object.retain(|_, v| !v.is_null() && *v != serde_json::json!(false));
+            assert_eq!(&back, body, "queued {last:?}");
+        }
+        let queued = shared.store.pending_commands().unwrap();
+        assert!(queued.iter().any(|q| q.command
+            == OperatorCommand::Undo {
+                to_revision: Some(1)
+            }));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unknown_field_is_a_400_that_names_it_and_queues_nothing() {
+        let (base, shared, _dir) = api(false).await;
+        let client = reqwest::Client::new();
+        for (body, field) in [
+            (r#"{"command": "undo", "revision": 1}"#, "revision"),
+            (r#"{"command": "undo", "toRevison": 1}"#, "toRevison"),
+            (
+                r#"{"command": "abort", "clusters": "prod-us-east"}"#,
+                "clusters",
+            ),
+            (r#"{"command": "retry", "force": true}"#, "force"),
+            (r#"{"command": "promote", "wave": 1, "ful": true}"#, "ful"),
+        ] {
+            let answer = client
+                .post(format!("{base}/v1/fleets/payments/commands"))
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 400, "{body}");
+            let text = answer.text().await.unwrap();
+            assert!(text.contains(field), "{body}: {text}");
+        }
+        assert!(shared.store.pending_commands().unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn reads_need_the_token_when_configured_and_healthz_never_does() {
+        let client = reqwest::Client::new();
+        let (open, _, _d1) = api(false).await;
+        let status = |r: reqwest::Response| r.status().as_u16();
+        assert_eq!(
+            status(
+                client
+                    .get(format!("{open}/v1/fleets"))
+                    .send()
+                    .await
+                    .unwrap()
+            ),
+            200
+        );
+        let (closed, _, _d2) = api(true).await;
+        for path in [
+            "/v1/fleets",
+            "/v1/fleets/payments",
+            "/metrics",
+            "/v1/events",
+        ] {
+            let r = client.get(format!("{closed}{path}")).send().await.unwrap();
+            assert_eq!(status(r), 401, "{path}");
+            let r = client
+                .get(format!("{closed}{path}"))
+                .bearer_auth("wrong")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(status(r), 403, "{path}");
+        }
+        let r = client
+            .get(format!("{closed}/v1/fleets"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 200);
+        let r = client
+            .get(format!("{closed}/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 200);
+    }
 }

@@ -56,6 +56,18 @@ pub struct DaemonConfig {
     /// Webhook sinks.
     #[serde(default)]
     pub notifications: Vec<Sink>,
+    /// Reads (fleet views, history, events, metrics) need the bearer token too (default: reads
+    /// are open, which is only allowed on a loopback `listen`).
+    #[serde(default)]
+    pub reads_need_token: bool,
+    /// Explicitly allow open reads on a `listen` address beyond loopback (anyone who reaches the
+    /// port sees the fleets, their history and their clusters' endpoints).
+    #[serde(default)]
+    pub public_reads: bool,
+    /// Where `valueFrom.secretKeyRef {name, key}` template arguments are read: the file
+    /// `<dir>/<name>/<key>`, after the environment variable `FLOTILLA_SECRET_<NAME>_<KEY>`.
+    #[serde(default)]
+    pub secrets_dir: Option<PathBuf>,
 }
 
 /// A Git repository as the desired state.
@@ -150,6 +162,7 @@ pub const EVENTS: &[&str] = &[
     "fleet-completed",
     "fleet-halted",
     "fleet-aborted",
+    "desired-state-invalid",
 ];
 
 fn default_listen() -> SocketAddr {
@@ -202,6 +215,12 @@ pub struct Resolved {
     pub tick_ms: u64,
     /// Webhook sinks.
     pub notifications: Vec<Sink>,
+    /// Reads need the bearer token too.
+    pub reads_need_token: bool,
+    /// `--init-store`: create the store over an empty file (set by the command line).
+    pub init_store: bool,
+    /// The secrets directory, if any.
+    pub secrets_dir: Option<PathBuf>,
 }
 
 impl DaemonConfig {
@@ -250,6 +269,17 @@ impl DaemonConfig {
                     ));
                 }
             }
+        }
+        if !config.listen.ip().is_loopback() && !config.reads_need_token && !config.public_reads {
+            return Err(fail(
+                "listen",
+                format!(
+                    "{} is not a loopback address, and reads are open (fleet views, history, \
+                     events): set readsNeedToken: true to require the bearer token for every call, \
+                     or publicReads: true to serve reads to anyone who reaches the port",
+                    config.listen
+                ),
+            ));
         }
         let resolve = |p: &Path| {
             if p.is_absolute() {
@@ -327,6 +357,9 @@ impl DaemonConfig {
             source,
             tick_ms,
             notifications: config.notifications,
+            reads_need_token: config.reads_need_token,
+            init_store: false,
+            secrets_dir: config.secrets_dir.as_deref().map(resolve),
         })
     }
 }
@@ -436,5 +469,31 @@ mod tests {
         assert_eq!(cache, Path::new("/x/s.git-cache"));
         assert_eq!(resolved.tick_ms, 1000);
         assert_eq!(resolved.listen, default_listen());
+    }
+
+    #[test]
+    fn a_listen_address_beyond_loopback_needs_an_explicit_read_policy() {
+        let base = "store: s\nmanifests: m\nlisten: \"0.0.0.0:7070\"\n";
+        let error = DaemonConfig::parse(base, "serve.yaml", Path::new("/")).unwrap_err();
+        assert_eq!(error.field, "listen");
+        assert_eq!(error.line, 3);
+        assert!(error.message.contains("readsNeedToken"), "{error}");
+        let r = DaemonConfig::parse(
+            &format!("{base}readsNeedToken: true\n"),
+            "f",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert!(r.reads_need_token);
+        let r = DaemonConfig::parse(&format!("{base}publicReads: true\n"), "f", Path::new("/"))
+            .unwrap();
+        assert!(!r.reads_need_token);
+        let r = DaemonConfig::parse(
+            "store: s\nmanifests: m\nlisten: \"[::1]:7070\"\n",
+            "f",
+            Path::new("/"),
+        )
+        .unwrap();
+        assert!(!r.reads_need_token, "loopback reads stay open");
     }
 }

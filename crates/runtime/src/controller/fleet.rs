@@ -15,15 +15,13 @@ use flotilla_agent::AgentClient;
 use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
-    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterOverlay, ClusterStatus,
-    FleetCommand, FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
+    FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
 use flotilla_core::rollout::{
     Action, AnalysisSlot, Command, Observed, RolloutState, template_hash,
 };
-use flotilla_core::spec::analysis::AnalysisTemplate;
-use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 use flotilla_core::spec::rollout::Rollout;
 use flotilla_providers::Providers;
 use tokio::sync::{Semaphore, mpsc};
@@ -33,20 +31,7 @@ use super::record::{
     MetricView, Notification, OperatorCommand, QueuedCommand, RolloutView, RunView, WaveView,
 };
 
-/// What the manifests say a fleet rollout should be.
-#[derive(Debug, Clone)]
-pub struct Desired {
-    /// The Fleet.
-    pub fleet: Fleet,
-    /// The FleetRollout.
-    pub fleet_rollout: FleetRollout,
-    /// The Rollout.
-    pub rollout: Rollout,
-    /// The analysis templates.
-    pub templates: Vec<AnalysisTemplate>,
-    /// Per-cluster overlays (`clusters/<cluster>.yaml`), by cluster.
-    pub overlays: BTreeMap<String, ClusterOverlay>,
-}
+pub use super::record::Desired;
 
 /// Why a fleet rollout cannot be driven.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +76,60 @@ struct ClusterHandle {
     builtin: BuiltinProvider,
     actions: mpsc::UnboundedSender<(Placement, Vec<Action>)>,
     latest: Latest,
+    /// Since when no action has been sent, finished or re-placed: an observation taken after
+    /// it shows the effect of every decision so far (compared with them only then).
+    quiet: Arc<Quiet>,
+    /// The placement last given to the adapter.
+    placed: Mutex<Placement>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Whether a cluster's actions have all been carried out, and since when.
+#[derive(Debug)]
+struct Quiet {
+    /// Batches of actions sent and not yet carried out.
+    outstanding: std::sync::atomic::AtomicUsize,
+    /// The last time a batch was sent or finished.
+    since: Mutex<Instant>,
+}
+
+impl Quiet {
+    fn touch(&self) {
+        *self.since.lock().expect("quiet lock") = Instant::now();
+    }
+
+    /// Whether an observation taken at `at` reflects every action sent so far.
+    fn settled_before(&self, at: Instant) -> bool {
+        self.outstanding.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && at > *self.since.lock().expect("quiet lock")
+    }
+}
+
+impl ClusterHandle {
+    /// Hands a batch of actions to the cluster's worker (in order, retried until done).
+    fn send(&self, placement: Placement, actions: Vec<Action>) {
+        self.place(placement.clone());
+        self.quiet
+            .outstanding
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.quiet.touch();
+        if self.actions.send((placement, actions)).is_err() {
+            self.quiet
+                .outstanding
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Sets the revision → version map the observer and the worker use; a change makes earlier
+    /// observations stale for comparing.
+    fn place(&self, placement: Placement) {
+        let mut placed = self.placed.lock().expect("placement lock");
+        if *placed != placement {
+            *placed = placement.clone();
+            self.quiet.touch();
+            self.adapter.set_placement(placement);
+        }
+    }
 }
 
 impl Drop for ClusterHandle {
@@ -115,9 +153,82 @@ pub struct FleetController {
     measure_limit: Arc<Semaphore>,
     stale_after: Duration,
     observed: BTreeMap<String, (bool, Option<(i32, i32)>)>,
+    /// Errors of the latest desired state the source gave (the fleet runs its last valid one).
+    invalid: Vec<String>,
+    /// Clusters being repaired (held until an observation matches what was decided).
+    repairing: std::collections::BTreeSet<String>,
+    /// Decisions made between ticks (the desired state refused or valid again), committed with
+    /// the next tick.
+    pending: (Vec<AuditEntry>, Vec<Notification>),
     /// Correct drift (else report it only).
     correct_drift: bool,
     drift: BTreeMap<String, Drift>,
+}
+
+/// How a cluster's observation differs from what its engine decided, if it does: the stable
+/// subset's version, the canary's weight, the canary revision's replicas. Old revisions kept for
+/// their scale-down delay are not compared (the agent's surge already replaced them).
+fn divergence(
+    engine: &RolloutState,
+    versions: &BTreeMap<String, String>,
+    observed: &Observed,
+    stable_version: Option<&str>,
+) -> Option<String> {
+    let version = |revision| {
+        engine
+            .revision(revision)
+            .and_then(|r| versions.get(&r.hash))
+            .map(String::as_str)
+    };
+    let stable = engine.stable?;
+    let want = version(stable)?;
+    if stable_version != Some(want) {
+        return Some(format!(
+            "its stable subset runs {}, not {want}",
+            stable_version.unwrap_or("nothing")
+        ));
+    }
+    if let (Some(want), Some(weights)) = (engine.desired_weight, observed.weights)
+        && weights.canary != want
+    {
+        return Some(format!(
+            "its canary weight is {}, not {want}",
+            weights.canary
+        ));
+    }
+    if let Some(current) = engine.current
+        && current != stable
+        && version(current).is_some_and(|v| v != want)
+    {
+        let desired = engine.desired_replicas.get(&current).copied().unwrap_or(0);
+        let running = observed.replicas.get(&current).map_or(0, |c| c.replicas);
+        if (desired > 0 && running < desired) || (desired == 0 && running > 0) {
+            return Some(format!(
+                "its canary ({}) has {running} replicas, not {desired}",
+                version(current).unwrap_or_default()
+            ));
+        }
+    }
+    None
+}
+
+/// `image` with its tag (or digest) replaced by `version`.
+fn with_tag(image: &str, version: &str) -> String {
+    let repository = match image.split_once('@') {
+        Some((repository, _)) => repository,
+        None => {
+            let slash = image.rfind('/').map_or(0, |i| i + 1);
+            match image[slash..].rfind(':') {
+                Some(colon) => &image[..slash + colon],
+                None => image,
+            }
+        }
+    };
+    if version.contains(':') {
+        format!("{repository}@{version}")
+    } else {
+        format!("{repository}:{version}")
+    }
 }
 
 fn first_image(rollout: &Rollout) -> String {
@@ -153,6 +264,21 @@ fn with_image(rollout: &Rollout, container: Option<&str>, image: &str) -> Result
     Ok(next)
 }
 
+/// What every fleet's controller is wired to: the metric providers, the tick, the drift policy
+/// and the agents' tokens.
+#[derive(Clone)]
+pub struct Wiring {
+    /// The metric providers.
+    pub providers: Providers,
+    /// How often the engines run.
+    pub tick: Duration,
+    /// Re-assert lingering drift every 10 s (`git.correctDrift`).
+    pub correct_drift: bool,
+    /// The bearer token each cluster's agent gets on every change (`agentTokenFile`, or the
+    /// cluster's own in `agentTokenFiles`).
+    pub agent_tokens: super::config::AgentTokens,
+}
+
 impl FleetController {
     /// A controller for `desired`, resumed from `stored` when the store has its record.
     ///
@@ -161,33 +287,15 @@ impl FleetController {
     pub fn new(
         desired: &Desired,
         stored: Option<FleetRecord>,
-        providers: Providers,
-        tick: Duration,
-        correct_drift: bool,
+        wiring: &Wiring,
     ) -> Result<FleetController, FleetError> {
-        let no_tokens = super::config::AgentTokens::default();
-        FleetController::with_agent_tokens(
-            desired,
-            stored,
-            providers,
-            tick,
-            correct_drift,
-            &no_tokens,
-        )
-    }
-
-    /// [`FleetController::new`] sending each cluster's agent its bearer token (the daemon's
-    /// `agentTokenFile`, or the cluster's own in `agentTokenFiles`) on every change.
-    pub fn with_agent_tokens(
-        desired: &Desired,
-        stored: Option<FleetRecord>,
-        providers: Providers,
-        tick: Duration,
-        correct_drift: bool,
-        agent_tokens: &super::config::AgentTokens,
-    ) -> Result<FleetController, FleetError> {
-        let plan = FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
-            .map_err(|e| FleetError(e.0))?;
+        let (tick, correct_drift, agent_tokens) =
+            (wiring.tick, wiring.correct_drift, &wiring.agent_tokens);
+        let providers = wiring.providers.clone();
+        let mut plan =
+            FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
+                .map_err(|e| FleetError(e.0))?;
+        plan.secrets = desired.secrets.clone();
         let name = plan.name.clone();
         let source_hash = template_hash(&desired.rollout);
         let (mut record, resumed) = match stored {
@@ -203,10 +311,15 @@ impl FleetController {
                     reverted: None,
                     pinned: Default::default(),
                     git_status: None,
+                    desired: None,
+                    adopting: plan.clusters.keys().cloned().collect(),
                 },
                 false,
             ),
         };
+        // The last valid desired state is kept: the fleet runs it while its manifests are
+        // invalid (per-fleet isolation), also after a restart.
+        record.desired = Some(Box::new(desired.clone()));
         let mut machine = {
             let revisions = Revisions {
                 previous: &record.previous,
@@ -280,6 +393,9 @@ impl FleetController {
             measure_limit: Arc::new(Semaphore::new(64)),
             stale_after: (tick * 3).max(Duration::from_secs(3)),
             observed: BTreeMap::new(),
+            invalid: Vec::new(),
+            repairing: Default::default(),
+            pending: Default::default(),
             correct_drift,
             drift: BTreeMap::new(),
         };
@@ -296,6 +412,59 @@ impl FleetController {
     /// The FleetRollout's name.
     pub fn name(&self) -> &str {
         &self.record.name
+    }
+
+    /// The source's latest desired state for this fleet has errors (`errors` non-empty): the
+    /// fleet keeps running its last valid one, and says so in its status, the audit log and a
+    /// notification; an empty list means it is valid again.
+    pub fn set_invalid(&mut self, errors: Vec<String>, now: Millis) {
+        if errors == self.invalid {
+            return;
+        }
+        let message = if errors.is_empty() {
+            "the desired state is valid again".to_owned()
+        } else {
+            format!(
+                "the desired state was refused; the fleet keeps running its last valid one ({}):\n{}",
+                first_image(&self.record.next),
+                errors.join("\n")
+            )
+        };
+        if errors.is_empty() {
+            tracing::info!(fleet = %self.record.name, "{message}");
+        } else {
+            tracing::error!(fleet = %self.record.name, "{message}");
+        }
+        self.invalid = errors;
+        let revision = self.machine.state.revision.clone();
+        self.pending.0.push(AuditEntry {
+            seq: 0,
+            time: now,
+            fleet: self.record.name.clone(),
+            revision: revision.clone(),
+            kind: if self.invalid.is_empty() {
+                "sync"
+            } else {
+                "invalid"
+            }
+            .into(),
+            cluster: None,
+            message: message.clone(),
+            evidence: Vec::new(),
+            operator: None,
+        });
+        if !self.invalid.is_empty() {
+            self.pending.1.push(Notification {
+                event: "desired-state-invalid".into(),
+                fleet: self.record.name.clone(),
+                revision,
+                cluster: None,
+                metric: None,
+                value: None,
+                message: format!("{}: {message}", self.record.name),
+                time: now,
+            });
+        }
     }
 
     /// A new desired Rollout: the supersede rule.
@@ -328,6 +497,7 @@ impl FleetController {
     /// halted or aborted with no cluster validated: Git then agrees with the rollback, and the
     /// fleet settles on it without rolling anything out (durable rejections are kept).
     pub fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
+        self.record.desired = Some(Box::new(desired.clone()));
         let hash = template_hash(&desired.rollout);
         let short = &commit[..commit.len().min(12)];
         let mut audit = Vec::new();
@@ -643,8 +813,7 @@ impl FleetController {
         let actions = flotilla_core::rollout::desired_actions(&cluster.rollout, &spec);
         let placement = self.placement(&cluster.rollout);
         if let Some(handle) = self.clusters.get(name) {
-            handle.adapter.set_placement(placement.clone());
-            let _ = handle.actions.send((placement, actions));
+            handle.send(placement, actions);
         }
     }
 
@@ -666,12 +835,16 @@ impl FleetController {
                 .filter_map(|r| self.versions.get(&r.hash).map(|v| (r.number, v.clone())))
                 .collect(),
             stable: rollout.stable,
+            current: rollout.current,
         }
     }
 
     /// One tick at `now` with the operator commands queued for this fleet.
     pub fn tick(&mut self, commands: &[QueuedCommand], now: Millis) -> TickOutput {
         let mut out = TickOutput::default();
+        let (audit, notifications) = std::mem::take(&mut self.pending);
+        out.audit = audit;
+        out.notifications = notifications;
         let before = self.machine.state.clone();
         let mut fleet_commands = Vec::new();
         for queued in commands {
@@ -743,28 +916,48 @@ impl FleetController {
             }
             out.audit.push(entry);
         }
-        // Observations: each cluster's latest, if fresh.
-        let mut observations = BTreeMap::new();
+        // Observations: each cluster's latest, if fresh, and when it was taken.
+        let mut fresh: BTreeMap<String, (Instant, Observed, Option<String>)> = BTreeMap::new();
         let mut stable_versions = BTreeMap::new();
         for (name, handle) in &self.clusters {
             let latest = handle.latest.lock().expect("observation lock").clone();
-            let observation = match latest {
+            match latest {
                 Some((at, Ok((observed, stable)))) if at.elapsed() < self.stale_after => {
                     let weights = observed.weights.map(|w| (w.canary, w.stable));
                     self.observed.insert(name.clone(), (true, weights));
-                    if let Some(version) = stable {
-                        stable_versions.insert(name.clone(), version);
+                    if let Some(version) = &stable {
+                        stable_versions.insert(name.clone(), version.clone());
                     }
-                    ClusterObservation {
-                        reachable: true,
-                        observed,
-                    }
+                    fresh.insert(name.clone(), (at, observed, stable));
                 }
                 _ => {
                     let weights = self.observed.get(name).and_then(|o| o.1);
                     self.observed.insert(name.clone(), (false, weights));
-                    ClusterObservation::default()
                 }
+            }
+        }
+        // First start: each cluster is adopted from what it runs, before its first reconcile.
+        let adopting: Vec<String> = self.record.adopting.iter().cloned().collect();
+        for name in adopting {
+            if let Some((_, _, stable)) = fresh.get(&name) {
+                let stable = stable.clone();
+                self.adopt(&name, stable, now, &mut out);
+            }
+        }
+        // Level-triggered: a cluster that does not run what was decided for it is repaired, and
+        // held meanwhile.
+        self.repair(&fresh, now, &mut out);
+        let mut observations = BTreeMap::new();
+        for name in self.clusters.keys() {
+            let observation = match fresh.remove(name) {
+                Some((_, observed, _)) if !self.record.adopting.contains(name) => {
+                    ClusterObservation {
+                        reachable: true,
+                        observed,
+                        diverged: self.repairing.contains(name),
+                    }
+                }
+                _ => ClusterObservation::default(),
             };
             observations.insert(name.clone(), observation);
         }
@@ -788,6 +981,127 @@ impl FleetController {
         self.check_drift(&stable_versions, now, &mut out);
         self.record.state = self.machine.state.clone();
         out
+    }
+
+    /// First start: `name` was observed running `running` (its stable subset's version, or
+    /// nothing) before the machine ever reconciled it. A cluster already on the manifest's
+    /// version is adopted as it is; one on another version keeps it as its baseline and gets the
+    /// manifest's revision through its wave, on evidence; only a cluster that runs nothing gets
+    /// it directly (Argo's first deployment).
+    fn adopt(&mut self, name: &str, running: Option<String>, now: Millis, out: &mut TickOutput) {
+        let revisions = Revisions {
+            previous: &self.record.previous,
+            next: &self.record.next,
+        };
+        let Some(spec) = self.machine.cluster_spec(name, &revisions) else {
+            return;
+        };
+        let image = first_image(&spec);
+        let target = image_version(&image);
+        let (baseline, message) = match running {
+            None => (
+                spec,
+                format!("{name} runs nothing yet: it gets {target} directly (a first deployment)"),
+            ),
+            Some(version) if version == target => (
+                spec,
+                format!("{name} already runs {version}: adopted as it is"),
+            ),
+            Some(version) => {
+                let old_image = with_tag(&image, &version);
+                match with_image(&spec, None, &old_image) {
+                    Ok(old) => (
+                        old,
+                        format!(
+                            "{name} runs {version}: adopted on it; {target} reaches it in its wave, on evidence"
+                        ),
+                    ),
+                    Err(e) => {
+                        tracing::error!(fleet = %self.record.name, cluster = %name, "cannot adopt: {e}");
+                        return;
+                    }
+                }
+            }
+        };
+        if !self.machine.adopt(name, &baseline) {
+            // Reconciled already (a record of an earlier release): nothing to adopt.
+            self.record.adopting.remove(name);
+            return;
+        }
+        let hash = template_hash(&baseline);
+        self.versions
+            .insert(hash, image_version(&first_image(&baseline)));
+        self.keep_in_history(baseline);
+        self.record.adopting.remove(name);
+        tracing::info!(fleet = %self.record.name, cluster = %name, "{message}");
+        out.audit.push(AuditEntry {
+            seq: 0,
+            time: now,
+            fleet: self.record.name.clone(),
+            revision: self.machine.state.revision.clone(),
+            kind: "adopt".into(),
+            cluster: Some(name.to_owned()),
+            message,
+            evidence: Vec::new(),
+            operator: None,
+        });
+    }
+
+    /// Compares each cluster's fresh observation, taken after every action sent to it was
+    /// carried out, with what its engine last decided; a difference is repaired by re-applying
+    /// the decision (every action idempotent) and recorded, and the cluster is held until an
+    /// observation matches again.
+    fn repair(
+        &mut self,
+        fresh: &BTreeMap<String, (Instant, Observed, Option<String>)>,
+        now: Millis,
+        out: &mut TickOutput,
+    ) {
+        let mut repairs = Vec::new();
+        for (name, (at, observed, stable)) in fresh {
+            let Some(handle) = self.clusters.get(name) else {
+                continue;
+            };
+            if self.record.adopting.contains(name) || !handle.quiet.settled_before(*at) {
+                continue;
+            }
+            let Some(cluster) = self.machine.state.clusters.get(name) else {
+                continue;
+            };
+            match divergence(
+                &cluster.rollout,
+                &self.versions,
+                observed,
+                stable.as_deref(),
+            ) {
+                Some(why) => repairs.push((name.clone(), why)),
+                None => {
+                    if self.repairing.remove(name) {
+                        tracing::info!(fleet = %self.record.name, cluster = %name, "repaired");
+                    }
+                }
+            }
+        }
+        for (name, why) in repairs {
+            let status = self.machine.state.clusters[&name].status;
+            let message = format!(
+                "{name} ({status:?}): {why}; re-applying what was decided (held until it matches)"
+            );
+            tracing::warn!(fleet = %self.record.name, cluster = %name, "{message}");
+            out.audit.push(AuditEntry {
+                seq: 0,
+                time: now,
+                fleet: self.record.name.clone(),
+                revision: self.machine.state.revision.clone(),
+                kind: "repair".into(),
+                cluster: Some(name.clone()),
+                message,
+                evidence: Vec::new(),
+                operator: None,
+            });
+            self.repairing.insert(name.clone());
+            self.reassert_cluster(&name);
+        }
     }
 
     /// Drift: outside a rollout, a cluster (not Held) whose stable subset runs a version other
@@ -909,16 +1223,13 @@ impl FleetController {
             };
             let placement = self.placement(&cluster.rollout);
             if let Some(handle) = self.clusters.get(&name) {
-                handle.adapter.set_placement(placement.clone());
-                let _ = handle.actions.send((placement, actions));
+                handle.send(placement, actions);
             }
         }
         // Placement for the observers, also where nothing acted.
         for (name, handle) in &self.clusters {
             if let Some(cluster) = self.machine.state.clusters.get(name) {
-                handle
-                    .adapter
-                    .set_placement(self.placement(&cluster.rollout));
+                handle.place(self.placement(&cluster.rollout));
             }
         }
         for measurement in out.measurements {
@@ -1116,6 +1427,7 @@ impl FleetController {
             wave: (state.wave + 1).min(self.machine.plan.waves.len()),
             waves: self.machine.plan.waves.len(),
             message: state.message.clone(),
+            errors: self.invalid.clone(),
         }
     }
 
@@ -1144,6 +1456,7 @@ impl FleetController {
                     clusters: members.iter().map(|m| self.cluster_view(m)).collect(),
                 })
                 .collect(),
+            errors: self.invalid.clone(),
         }
     }
 
@@ -1364,8 +1677,13 @@ fn spawn_cluster(
         })
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<(Placement, Vec<Action>)>();
+    let quiet = Arc::new(Quiet {
+        outstanding: std::sync::atomic::AtomicUsize::new(0),
+        since: Mutex::new(Instant::now()),
+    });
     let worker = {
         let adapter = adapter.clone();
+        let quiet = quiet.clone();
         tokio::spawn(async move {
             while let Some((placement, actions)) = rx.recv().await {
                 adapter.set_placement(placement);
@@ -1385,6 +1703,10 @@ fn spawn_cluster(
                 if let Err(e) = adapter.settle().await {
                     tracing::debug!(cluster = %name, error = %e, "settle failed");
                 }
+                quiet.touch();
+                quiet
+                    .outstanding
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             }
         })
     };
@@ -1393,6 +1715,8 @@ fn spawn_cluster(
         builtin: BuiltinProvider::new(client),
         actions: tx,
         latest,
+        quiet,
+        placed: Mutex::new(Placement::default()),
         tasks: vec![poller, worker],
     }
 }
@@ -1472,7 +1796,7 @@ mod tests {
         let text = crate::demo::manifests(&controls, 1.0).replace("payment-api:1.8.3", image);
         let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
         crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
-            .unwrap()
+            .desired
             .remove(0)
     }
 
@@ -1482,14 +1806,14 @@ mod tests {
     #[tokio::test]
     async fn a_later_failure_on_a_pinned_revision_is_pinned_too() {
         use flotilla_core::fleet::{ClusterStatus, FleetPhase};
-        let mut controller = super::FleetController::new(
-            &desired("payment-api:1.8.3"),
-            None,
-            flotilla_providers::Providers::new().unwrap(),
-            std::time::Duration::from_secs(1),
-            false,
-        )
-        .unwrap();
+        let wiring = super::Wiring {
+            providers: flotilla_providers::Providers::new().unwrap(),
+            tick: std::time::Duration::from_secs(1),
+            correct_drift: false,
+            agent_tokens: Default::default(),
+        };
+        let mut controller =
+            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring).unwrap();
         controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
         let revision = controller.machine.state.revision.clone();
         let fail = |controller: &mut super::FleetController, name: &str| {

@@ -170,6 +170,8 @@ pub struct Shared {
     pub events: broadcast::Sender<AuditEntry>,
     /// The bearer token mutating calls need.
     pub token: String,
+    /// Whether reads need the token too (`readsNeedToken`).
+    pub reads_need_token: bool,
     /// Wakes the control loop (a command arrived).
     pub wake: Notify,
     /// Whether `flotilla sync` asked for the source to be read now.
@@ -181,6 +183,8 @@ pub struct Shared {
     pub git_results: Mutex<Vec<GitResult>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Fleets whose desired state is invalid and that have no last valid one to run, with why.
+    pub unrunnable: RwLock<BTreeMap<String, Vec<String>>>,
 }
 
 /// Reads the bearer token, or creates it (mode 0600) at first start.
@@ -226,39 +230,121 @@ pub async fn serve(
     on_listening: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), ServeError> {
     let source = Arc::new(Source::open(&config.source)?);
-    let (desired, _) = source.load()?;
+    let secrets = crate::analysis::Secrets {
+        dir: config.secrets_dir.clone(),
+    };
+    let (mut set, _) = source.load()?;
+    source::read_secrets(&mut set, &secrets);
+    // Nothing can run at a first start whose every fleet is invalid: refused before anything
+    // (store, token) is created.
+    if set.desired.is_empty() && !config.store.exists() {
+        return Err(ServeError::Invalid(format!(
+            "the manifests are invalid; nothing was started:\n{}",
+            set.errors().join("\n")
+        )));
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", config.listen)))?;
-    let store = Arc::new(Store::open(&config.store)?);
-    let token = token(&config.token_file)?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| ServeError::Io(e.to_string()))?;
-    let providers =
-        flotilla_providers::Providers::new().map_err(|e| ServeError::Io(e.to_string()))?;
-    let tick = Duration::from_millis(config.tick_ms);
+    let mode = if config.init_store {
+        store::OpenMode::Init
+    } else {
+        store::OpenMode::Existing
+    };
+    let (store, created) = Store::open(&config.store, mode)?;
+    if created {
+        tracing::info!(store = %config.store.display(), "created a new store (first start)");
+    }
+    let store = Arc::new(store);
     let mut stored: BTreeMap<String, record::FleetRecord> = store
         .fleets()?
         .into_iter()
         .map(|r| (r.name.clone(), r))
         .collect();
-    let correct_drift =
-        matches!(&config.source, config::SourceConfig::Git { git, .. } if git.correct_drift);
+    let wiring = fleet::Wiring {
+        providers: flotilla_providers::Providers::new()
+            .map_err(|e| ServeError::Io(e.to_string()))?,
+        tick: Duration::from_millis(config.tick_ms),
+        correct_drift: matches!(
+            &config.source,
+            config::SourceConfig::Git { git, .. } if git.correct_drift
+        ),
+        agent_tokens: config.agent_tokens.clone(),
+    };
+    let tick = wiring.tick;
+    let build = |d: &record::Desired, stored: Option<record::FleetRecord>| {
+        FleetController::new(d, stored, &wiring)
+    };
+    // Per-fleet isolation: a fleet whose desired state is invalid (or cannot be driven) keeps
+    // running its last valid one, kept in its record; the others are untouched.
     let mut controllers = Vec::new();
-    for d in &desired {
+    let mut refused: BTreeMap<String, Vec<String>> = set.invalid.clone();
+    for d in &set.desired {
         let name = d.fleet_rollout.metadata.name.clone().unwrap_or_default();
-        let controller = FleetController::with_agent_tokens(
-            d,
-            stored.remove(&name),
-            providers.clone(),
-            tick,
-            correct_drift,
-            &config.agent_tokens,
-        )
-        .map_err(|e| ServeError::Invalid(format!("FleetRollout {name:?}: {e}")))?;
-        controllers.push(controller);
+        let record = stored.remove(&name);
+        match build(d, record.clone()) {
+            Ok(controller) => controllers.push(controller),
+            Err(e) => {
+                if let Some(record) = record {
+                    stored.insert(name.clone(), record);
+                }
+                refused.entry(name).or_default().push(e.to_string());
+            }
+        }
     }
+    // A fleet absent from the desired state while some file could not be read may be in it.
+    if !set.unattributed.is_empty() {
+        for name in stored.keys() {
+            refused
+                .entry(name.clone())
+                .or_default()
+                .extend(set.unattributed.iter().cloned());
+        }
+    }
+    let now = crate::analysis::wall_clock();
+    let mut unrunnable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, errors) in refused {
+        let last = stored
+            .remove(&name)
+            .and_then(|r| r.desired.clone().map(|d| (d, r)));
+        let controller = match last {
+            Some((mut desired, record)) => {
+                let mut one = source::DesiredSet::default();
+                one.desired.push((*desired).clone());
+                source::read_secrets(&mut one, &secrets);
+                match one.desired.pop() {
+                    Some(d) => {
+                        *desired = d;
+                        build(&desired, Some(record)).map_err(|e| e.to_string())
+                    }
+                    None => Err(one.errors().join("\n")),
+                }
+            }
+            None => Err("no valid desired state was ever read for it".to_owned()),
+        };
+        match controller {
+            Ok(mut controller) => {
+                controller.set_invalid(errors, now);
+                controllers.push(controller);
+            }
+            Err(why) => {
+                let mut errors = errors;
+                errors.push(format!("not started: {why}"));
+                tracing::error!(fleet = %name, "{}", errors.join("\n"));
+                unrunnable.insert(name, errors);
+            }
+        }
+    }
+    if controllers.is_empty() {
+        return Err(ServeError::Invalid(format!(
+            "the manifests are invalid and no fleet has a last valid state to keep running; nothing was started:\n{}",
+            set.errors().join("\n")
+        )));
+    }
+    let token = token(&config.token_file)?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
     let metrics = Arc::new(Metrics::default());
     let (events, _) = broadcast::channel(1024);
     let shared = Arc::new(Shared {
@@ -266,12 +352,15 @@ pub async fn serve(
         views: RwLock::new(BTreeMap::new()),
         events,
         token,
+        reads_need_token: config.reads_need_token,
         wake: Notify::new(),
         sync: AtomicBool::new(false),
         pending_audit: Mutex::new(Vec::new()),
         git_results: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
+        unrunnable: RwLock::new(BTreeMap::new()),
     });
+    *shared.unrunnable.write().expect("unrunnable lock") = unrunnable;
     publish(&shared, &controllers);
     let app = api::router(shared.clone());
     let server = tokio::spawn(async move {
@@ -343,12 +432,23 @@ pub async fn serve(
                 next_poll = Instant::now() + Duration::from_millis(interval);
                 match tokio::task::block_in_place(|| source.poll()) {
                     None => {}
-                    Some(Ok((desired, commit))) => {
+                    Some(Ok((mut set, commit))) => {
+                        source::read_secrets(&mut set, &secrets);
                         for controller in controllers.iter_mut() {
-                            if let Some(d) = desired.iter().find(|d| {
+                            if let Some(d) = set.desired.iter().find(|d| {
                                 d.fleet_rollout.metadata.name.as_deref() == Some(controller.name())
                             }) {
+                                controller.set_invalid(Vec::new(), now);
                                 extra.extend(controller.sync(d, &commit, now));
+                            } else {
+                                let mut errors = set.errors_of(controller.name());
+                                if errors.is_empty() {
+                                    errors.push(format!(
+                                        "commit {}: the FleetRollout is gone from the desired state; the fleet keeps its last one",
+                                        &commit[..commit.len().min(12)]
+                                    ));
+                                }
+                                controller.set_invalid(errors, now);
                             }
                         }
                     }
@@ -517,4 +617,35 @@ fn publish(shared: &Shared, controllers: &[FleetController]) {
             .collect();
         views.insert(c.name().to_owned(), (c.summary(), c.view(), rollouts));
     }
+    for (name, errors) in shared.unrunnable.read().expect("unrunnable lock").iter() {
+        let message = "not started: its desired state is invalid and no valid one was ever read";
+        let summary = FleetSummary {
+            name: name.clone(),
+            revision: String::new(),
+            image: String::new(),
+            phase: INVALID.into(),
+            wave: 0,
+            waves: 0,
+            message: message.into(),
+            errors: errors.clone(),
+        };
+        let view = FleetView {
+            name: name.clone(),
+            revision: String::new(),
+            image: String::new(),
+            previous_image: String::new(),
+            phase: INVALID.into(),
+            message: message.into(),
+            wave: 0,
+            paused: false,
+            git: None,
+            waves: Vec::new(),
+            errors: errors.clone(),
+        };
+        views.insert(name.clone(), (summary, view, BTreeMap::new()));
+    }
 }
+
+/// The phase of a fleet that is not running: its desired state is invalid, with no valid one to
+/// keep running.
+pub const INVALID: &str = "Invalid";

@@ -4,9 +4,34 @@
 use std::collections::BTreeMap;
 
 use flotilla_core::analysis::Millis;
-use flotilla_core::fleet::FleetState;
+use flotilla_core::fleet::{ClusterOverlay, FleetState};
+use flotilla_core::spec::analysis::AnalysisTemplate;
+use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 use flotilla_core::spec::rollout::Rollout;
 use serde::{Deserialize, Serialize};
+
+/// What the manifests say a fleet rollout should be. The last valid one is kept in the fleet's
+/// record, so that a fleet whose manifests turn invalid keeps running it (per-fleet isolation),
+/// also across a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Desired {
+    /// The Fleet.
+    pub fleet: Fleet,
+    /// The FleetRollout.
+    pub fleet_rollout: FleetRollout,
+    /// The Rollout.
+    pub rollout: Rollout,
+    /// The analysis templates.
+    pub templates: Vec<AnalysisTemplate>,
+    /// Per-cluster overlays (`clusters/<cluster>.yaml`), by cluster.
+    #[serde(default)]
+    pub overlays: BTreeMap<String, ClusterOverlay>,
+    /// The values of the secrets the templates' arguments name, by (secret, key): read at load
+    /// from the environment or the secrets directory, never persisted.
+    #[serde(skip)]
+    pub secrets: BTreeMap<(String, String), String>,
+}
 
 /// One fleet rollout's durable record: the specs it runs and the fleet machine's state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,11 +62,27 @@ pub struct FleetRecord {
     /// (retried with backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_status: Option<String>,
+    /// The last valid desired state (absent in records of the release before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<Box<Desired>>,
+    /// First start: the clusters not yet observed, whose running version decides their
+    /// baseline before the machine ever reconciles them (empty in records of earlier
+    /// releases, whose clusters were all taken as running the manifests).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub adopting: std::collections::BTreeSet<String>,
 }
 
 /// An operator command, as accepted by the API and queued durably until a tick applies it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "command")]
+///
+/// Field names are camelCase like the variants (`{"command": "undo", "toRevision": 2}`); an
+/// unknown field is an error that names it, never silently dropped.
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "command",
+    deny_unknown_fields
+)]
 pub enum OperatorCommand {
     /// Skip the current bake or pause; `full` skips the remaining steps of the wave's clusters.
     Promote {
@@ -66,8 +107,9 @@ pub enum OperatorCommand {
     Resume,
     /// Roll the fleet to an earlier revision's spec (default: the one before the current).
     Undo {
-        /// A 1-based revision number as `history` lists it.
-        #[serde(default)]
+        /// A 1-based revision number as `history` lists it (`to_revision` is what the release
+        /// before 0.2 queued, read from stores it left).
+        #[serde(default, alias = "to_revision")]
         to_revision: Option<usize>,
     },
     /// Set a container's image: a new fleet revision.
@@ -208,6 +250,9 @@ pub struct FleetView {
     pub git: Option<String>,
     /// The waves.
     pub waves: Vec<WaveView>,
+    /// Errors in the fleet's latest desired state: it keeps running its last valid one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }
 
 /// One wave of a [`FleetView`].
@@ -325,6 +370,10 @@ pub struct FleetSummary {
     pub waves: usize,
     /// Why.
     pub message: String,
+    /// Errors in the fleet's latest desired state (file:line:column: field: message): the fleet
+    /// keeps running its last valid one. Empty when the manifests are valid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }
 
 /// One cluster rollout in detail (`get rollout NAME --cluster C`).

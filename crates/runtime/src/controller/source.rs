@@ -13,7 +13,7 @@
 //! pin: {rejects: 5e1f…, image: payment-api:1.8.3}   # written by the controller
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -24,12 +24,14 @@ use flotilla_core::fleet::{ClusterOverlay, Pin};
 use flotilla_core::lint::{self, Options};
 use flotilla_core::manifest::{self, LoadedManifest};
 use flotilla_core::spec::Manifest;
+use flotilla_core::spec::analysis::AnalysisTemplate;
 use flotilla_core::spec::fleet::{Fleet, FleetRollout};
+use flotilla_core::spec::rollout::Rollout;
 use flotilla_git::{Checkout, Identity, Pushed};
 
 use super::ServeError;
 use super::config::{GitConfig, SourceConfig};
-use super::fleet::Desired;
+use super::record::Desired;
 use crate::files;
 
 /// The desired state's source.
@@ -141,7 +143,7 @@ impl Source {
     }
 
     /// The desired state now, and the commit it came from (empty for files).
-    pub fn load(&self) -> Result<(Vec<Desired>, String), ServeError> {
+    pub fn load(&self) -> Result<(DesiredSet, String), ServeError> {
         match self {
             Source::Files(path) => {
                 let (manifest_files, overlays) = files::split_overlays(std::slice::from_ref(path))
@@ -154,7 +156,7 @@ impl Source {
                         diagnostics,
                         &overlays,
                         &path.display().to_string(),
-                    )?,
+                    ),
                     String::new(),
                 ))
             }
@@ -171,7 +173,7 @@ impl Source {
     }
 
     /// For Git: the desired state when the branch moved since the last load.
-    pub fn poll(&self) -> Option<Result<(Vec<Desired>, String), ServeError>> {
+    pub fn poll(&self) -> Option<Result<(DesiredSet, String), ServeError>> {
         let Source::Git(git) = self else {
             return None;
         };
@@ -234,7 +236,7 @@ impl Source {
 }
 
 impl GitSource {
-    fn load_at(&self, checkout: &Checkout, head: &str) -> Result<Vec<Desired>, ServeError> {
+    fn load_at(&self, checkout: &Checkout, head: &str) -> Result<DesiredSet, ServeError> {
         let files = checkout
             .files(head, &self.config.path)
             .map_err(|e| ServeError::Invalid(e.to_string()))?;
@@ -255,12 +257,12 @@ impl GitSource {
             manifests.extend(load.manifests);
             diagnostics.extend(load.diagnostics);
         }
-        desired_from(
+        Ok(desired_from(
             &manifests,
             diagnostics,
             &overlays,
             &format!("{}@{short}:{}", self.config.url, self.config.path),
-        )
+        ))
     }
 }
 
@@ -648,15 +650,161 @@ pub fn check_overlays(
     (overlays, errors)
 }
 
-/// Every FleetRollout of a set of manifests with its Fleet, Rollout and templates. Lint errors
-/// refuse the whole set (file, line, field path), as do clusters the daemon cannot drive.
+/// The desired state as read from the source, fleet by fleet: one fleet's broken input never
+/// stops another (per-fleet isolation).
+#[derive(Debug, Clone, Default)]
+pub struct DesiredSet {
+    /// The FleetRollouts whose every input is present and valid.
+    pub desired: Vec<Desired>,
+    /// The FleetRollouts whose inputs have errors (file:line:column: field: message), by name.
+    pub invalid: BTreeMap<String, Vec<String>>,
+    /// Errors in files no FleetRollout's input came from (a document too broken to tell what it
+    /// was): reported, and they keep every fleet that is not in `desired` on its last valid
+    /// state, since such a fleet's inputs may be in them.
+    pub unattributed: Vec<String>,
+}
+
+impl DesiredSet {
+    /// Whether nothing was refused.
+    pub fn is_clean(&self) -> bool {
+        self.invalid.is_empty() && self.unattributed.is_empty()
+    }
+
+    /// Every error, one a line (fleet errors prefixed with the fleet).
+    pub fn errors(&self) -> Vec<String> {
+        let mut out = self.unattributed.clone();
+        for (fleet, errors) in &self.invalid {
+            out.extend(
+                errors
+                    .iter()
+                    .map(|e| format!("FleetRollout {fleet:?}: {e}")),
+            );
+        }
+        out
+    }
+
+    /// The errors that concern fleet `name`: its own, then those no fleet could be blamed for.
+    pub fn errors_of(&self, name: &str) -> Vec<String> {
+        let mut out = self.invalid.get(name).cloned().unwrap_or_default();
+        out.extend(self.unattributed.iter().cloned());
+        out
+    }
+}
+
+/// Reads the secrets each desired state's templates name (`valueFrom.secretKeyRef`); a fleet
+/// with a secret that cannot be read becomes invalid (the error names the environment variable
+/// and the file it was looked for in), since its analysis could not run.
+pub fn read_secrets(set: &mut DesiredSet, secrets: &crate::analysis::Secrets) {
+    let mut valid = Vec::new();
+    for mut desired in std::mem::take(&mut set.desired) {
+        let name = desired
+            .fleet_rollout
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        let mut errors = Vec::new();
+        let used = templates_run(
+            Some(&desired.rollout),
+            &desired.fleet_rollout,
+            desired.templates.iter(),
+        );
+        for template in desired
+            .templates
+            .iter()
+            .filter(|t| used.contains(t.metadata.name.as_deref().unwrap_or_default()))
+        {
+            for (i, arg) in template.spec.args.iter().enumerate() {
+                let Some(secret) = arg.secret_key_ref() else {
+                    continue;
+                };
+                match secrets.read(&secret.name, &secret.key) {
+                    Ok(value) => {
+                        desired
+                            .secrets
+                            .insert((secret.name.clone(), secret.key.clone()), value);
+                    }
+                    Err(e) => errors.push(format!(
+                        "AnalysisTemplate {:?} spec.args[{i}].valueFrom.secretKeyRef: {e}",
+                        template.metadata.name.clone().unwrap_or_default()
+                    )),
+                }
+            }
+        }
+        if errors.is_empty() {
+            valid.push(desired);
+        } else {
+            set.invalid.entry(name).or_default().extend(errors);
+        }
+    }
+    set.desired = valid;
+}
+
+/// The names of the templates a FleetRollout runs: those its Rollout and its `waveAnalysis`
+/// name, and those they include (among `templates`).
+fn templates_run<'a>(
+    rollout: Option<&Rollout>,
+    fleet_rollout: &FleetRollout,
+    templates: impl Iterator<Item = &'a AnalysisTemplate> + Clone,
+) -> BTreeSet<String> {
+    let mut wanted: Vec<String> = rollout
+        .map(Rollout::analysis_template_refs)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.template_name)
+        .chain(
+            fleet_rollout
+                .spec
+                .wave_analysis
+                .iter()
+                .flat_map(|w| w.templates.iter().map(|t| t.template_name.clone())),
+        )
+        .collect();
+    let mut used = BTreeSet::new();
+    while let Some(name) = wanted.pop() {
+        if used.insert(name.clone()) {
+            for t in templates
+                .clone()
+                .filter(|t| t.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                wanted.extend(t.spec.templates.iter().map(|r| r.template_name.clone()));
+            }
+        }
+    }
+    used
+}
+
+/// The manifests (kind, name) and files one FleetRollout's desired state is made of.
+struct Inputs {
+    names: BTreeSet<(&'static str, String)>,
+    files: BTreeSet<String>,
+    clusters: BTreeSet<String>,
+}
+
+/// Turns loaded manifests into the desired state of each FleetRollout. Every error (lint, an
+/// overlay, a template the Rollout names that is not there, a cluster without an agent) is
+/// attributed to the FleetRollouts whose inputs it concerns: by manifest (kind and name) when the
+/// error names one, else by file; an overlay's error by the cluster it is for. `serve` needs
+/// every template it runs, so a missing one is an error here, not lint's warning.
 pub fn desired_from(
     manifests: &[LoadedManifest],
     mut diagnostics: Vec<Diagnostic>,
     overlay_files: &[OverlaySource],
     origin: &str,
-) -> Result<Vec<Desired>, ServeError> {
+) -> DesiredSet {
     diagnostics.extend(lint::lint(manifests, Options::default()));
+    for d in &mut diagnostics {
+        if d.rule == "ref/template-not-found" {
+            d.severity = Severity::Error;
+            d.message = format!(
+                "{} (`flotilla serve` runs only templates it has: an analysis that cannot be planned would let the canary go on unjudged)",
+                d.message
+                    .split(" (it may exist")
+                    .next()
+                    .unwrap_or(&d.message)
+            );
+        }
+    }
     let mut fleets = Vec::new();
     let mut fleet_rollouts = Vec::new();
     let mut rollouts = Vec::new();
@@ -682,62 +830,158 @@ pub fn desired_from(
                         ));
                     }
                 }
-                fleets.push(f.as_ref().clone());
+                fleets.push((loaded, f.as_ref().clone()));
             }
-            Manifest::FleetRollout(f) => fleet_rollouts.push(f.as_ref().clone()),
-            Manifest::Rollout(r) => rollouts.push(r.as_ref().clone()),
+            Manifest::FleetRollout(f) => fleet_rollouts.push((loaded, f.as_ref().clone())),
+            Manifest::Rollout(r) => rollouts.push((loaded, r.as_ref().clone())),
             Manifest::AnalysisTemplate(t) | Manifest::ClusterAnalysisTemplate(t) => {
-                templates.push(t.as_ref().clone())
+                templates.push((loaded, t.as_ref().clone()))
             }
             _ => {}
         }
     }
     let (overlays, overlay_errors) = check_overlays(manifests, overlay_files);
-    let mut errors: Vec<String> = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .map(|d| d.to_string())
-        .collect();
-    errors.extend(overlay_errors.iter().map(ConfigError::to_string));
-    if !errors.is_empty() {
-        return Err(ServeError::Invalid(format!(
-            "the manifests are invalid; nothing was started:\n{}",
-            errors.join("\n")
-        )));
-    }
-    if fleet_rollouts.is_empty() {
-        return Err(ServeError::Invalid(format!(
-            "{origin}: no FleetRollout to drive"
-        )));
-    }
-    let mut desired = Vec::new();
-    for fleet_rollout in fleet_rollouts {
-        let name = |m: &Option<String>| m.clone().unwrap_or_default();
-        let fleet = fleets
-            .iter()
-            .find(|f| name(&f.metadata.name) == fleet_rollout.spec.fleet)
-            .cloned();
+    let name = |m: &Option<String>| m.clone().unwrap_or_default();
+    // Each FleetRollout's inputs.
+    let mut inputs: BTreeMap<String, Inputs> = BTreeMap::new();
+    for (loaded, fleet_rollout) in &fleet_rollouts {
+        let mut input = Inputs {
+            names: BTreeSet::new(),
+            files: BTreeSet::new(),
+            clusters: BTreeSet::new(),
+        };
+        let fr_name = name(&fleet_rollout.metadata.name);
+        input.names.insert(("FleetRollout", fr_name.clone()));
+        input.files.insert(loaded.file.clone());
+        input
+            .names
+            .insert(("Fleet", fleet_rollout.spec.fleet.clone()));
+        input
+            .names
+            .insert(("Rollout", fleet_rollout.spec.rollout.clone()));
+        for (l, f) in &fleets {
+            if name(&f.metadata.name) == fleet_rollout.spec.fleet {
+                input.files.insert(l.file.clone());
+                input
+                    .clusters
+                    .extend(f.spec.clusters.iter().map(|c| c.name.clone()));
+            }
+        }
         let rollout = rollouts
             .iter()
-            .find(|r| name(&r.metadata.name) == fleet_rollout.spec.rollout)
-            .cloned();
-        // Lint has already reported missing references as errors.
+            .find(|(_, r)| name(&r.metadata.name) == fleet_rollout.spec.rollout);
+        if let Some((l, _)) = rollout {
+            input.files.insert(l.file.clone());
+        }
+        let used = templates_run(
+            rollout.map(|(_, r)| r),
+            fleet_rollout,
+            templates.iter().map(|(_, t)| t),
+        );
+        for t in used {
+            for (l, template) in &templates {
+                if name(&template.metadata.name) == t {
+                    input.files.insert(l.file.clone());
+                }
+            }
+            input.names.insert(("AnalysisTemplate", t.clone()));
+            input.names.insert(("ClusterAnalysisTemplate", t));
+        }
+        inputs.insert(fr_name, input);
+    }
+    let mut set = DesiredSet::default();
+    for d in diagnostics.iter().filter(|d| d.severity == Severity::Error) {
+        let by_name: Vec<&String> = inputs
+            .iter()
+            .filter(|(_, i)| {
+                !d.kind.is_empty()
+                    && !d.name.is_empty()
+                    && i.names.iter().any(|(k, n)| *k == d.kind && *n == d.name)
+            })
+            .map(|(f, _)| f)
+            .collect();
+        let own = (d.kind == "FleetRollout" && !d.name.is_empty()).then(|| d.name.clone());
+        let concerned: Vec<&String> = if !by_name.is_empty() {
+            by_name
+        } else if let Some(name) = &own {
+            // A FleetRollout too broken to load: refused under its own name.
+            vec![name]
+        } else if d.kind.is_empty() || d.name.is_empty() {
+            inputs
+                .iter()
+                .filter(|(_, i)| i.files.contains(&d.file))
+                .map(|(f, _)| f)
+                .collect()
+        } else {
+            // A manifest no FleetRollout uses: reported, but it holds no fleet back.
+            Vec::new()
+        };
+        if concerned.is_empty() {
+            set.unattributed.push(d.to_string());
+        }
+        for fleet in concerned {
+            set.invalid
+                .entry(fleet.clone())
+                .or_default()
+                .push(d.to_string());
+        }
+    }
+    for error in &overlay_errors {
+        let cluster = overlay_files
+            .iter()
+            .find(|(path, ..)| *path == error.file)
+            .map(|(_, cluster, ..)| cluster.clone());
+        let concerned: Vec<&String> = inputs
+            .iter()
+            .filter(|(_, i)| cluster.as_ref().is_none_or(|c| i.clusters.contains(c)))
+            .map(|(f, _)| f)
+            .collect();
+        if concerned.is_empty() {
+            set.unattributed.push(error.to_string());
+        }
+        for fleet in concerned {
+            set.invalid
+                .entry(fleet.clone())
+                .or_default()
+                .push(error.to_string());
+        }
+    }
+    if fleet_rollouts.is_empty() && set.unattributed.is_empty() {
+        set.unattributed
+            .push(format!("{origin}: no FleetRollout to drive"));
+    }
+    let all_templates: Vec<AnalysisTemplate> = templates.iter().map(|(_, t)| t.clone()).collect();
+    for (_, fleet_rollout) in fleet_rollouts {
+        let fr_name = name(&fleet_rollout.metadata.name);
+        if set.invalid.contains_key(&fr_name) {
+            continue;
+        }
+        let fleet = fleets
+            .iter()
+            .find(|(_, f)| name(&f.metadata.name) == fleet_rollout.spec.fleet)
+            .map(|(_, f)| f.clone());
+        let rollout = rollouts
+            .iter()
+            .find(|(_, r)| name(&r.metadata.name) == fleet_rollout.spec.rollout)
+            .map(|(_, r)| r.clone());
+        // Lint has already reported missing references as errors of this FleetRollout.
         if let (Some(fleet), Some(rollout)) = (fleet, rollout) {
             let overlays = overlays
                 .iter()
                 .filter(|(_, _, r, _)| *r == fleet_rollout.spec.rollout)
                 .map(|(_, c, _, o)| (c.clone(), o.clone()))
                 .collect();
-            desired.push(Desired {
+            set.desired.push(Desired {
                 fleet,
                 fleet_rollout,
                 rollout,
-                templates: templates.clone(),
+                templates: all_templates.clone(),
                 overlays,
+                secrets: BTreeMap::new(),
             });
         }
     }
-    Ok(desired)
+    set
 }
 
 #[cfg(test)]
@@ -756,11 +1000,136 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The errors of a polled desired state that was refused (nothing of it may be desired).
+    fn refused(polled: Option<Result<(DesiredSet, String), ServeError>>) -> String {
+        let (set, _) = polled.expect("the branch moved").expect("Git was read");
+        assert!(set.desired.is_empty(), "{:?}", set.desired.len());
+        set.errors().join("\n")
+    }
+
     fn manifests() -> String {
         let controls: Vec<String> = (0..4)
             .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
             .collect();
         crate::demo::manifests(&controls, 1.0)
+    }
+
+    /// Two fleets in two files: the second's FleetRollout is broken, a template the first names
+    /// is gone, then a secret is missing: each refusal concerns only its fleet.
+    #[test]
+    fn one_fleets_broken_input_never_holds_another_back() {
+        let load = |files: &[(&str, String)]| {
+            let mut manifests = Vec::new();
+            let mut diagnostics = Vec::new();
+            for (name, text) in files {
+                let load = manifest::load_bytes(name, text.as_bytes());
+                manifests.extend(load.manifests);
+                diagnostics.extend(load.diagnostics);
+            }
+            desired_from(&manifests, diagnostics, &[], "test")
+        };
+        let payments = manifests();
+        // The second fleet: its own FleetRollout and Rollout, on the same Fleet and templates.
+        let second = |text: &str| {
+            text.split("---\n")
+                .filter(|doc| doc.contains("kind: FleetRollout") || doc.contains("kind: Rollout"))
+                .map(|doc| {
+                    doc.replace("name: payment-api", "name: ledger")
+                        .replace("rollout: payment-api", "rollout: ledger")
+                })
+                .collect::<Vec<_>>()
+                .join("---\n")
+        };
+        let ledger = second(&payments);
+        assert!(ledger.contains("kind: FleetRollout"), "{ledger}");
+        let clean = load(&[
+            ("payments.yaml", payments.clone()),
+            ("ledger.yaml", ledger.clone()),
+        ]);
+        assert!(clean.is_clean(), "{:?}", clean.errors());
+        assert_eq!(clean.desired.len(), 2);
+        // A typo in the second fleet's FleetRollout: the first is untouched.
+        let broken = ledger.replacen("bakeTime:", "bakeTme:", 1);
+        assert_ne!(broken, ledger);
+        let set = load(&[("payments.yaml", payments.clone()), ("ledger.yaml", broken)]);
+        let names: Vec<_> = set
+            .desired
+            .iter()
+            .map(|d| d.fleet_rollout.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["payment-api"], "{:?}", set.errors());
+        let errors = &set.invalid["ledger"];
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("ledger.yaml:") && e.contains("bakeTme")),
+            "{errors:?}"
+        );
+        // A document too broken to tell what it was: the clean fleets still run.
+        let set = load(&[
+            ("payments.yaml", payments.clone()),
+            ("ledger.yaml", ledger.clone()),
+            ("junk.yaml", "kind: [unclosed\n".into()),
+        ]);
+        assert_eq!(set.desired.len(), 2, "{:?}", set.errors());
+        assert!(
+            set.unattributed.iter().any(|e| e.starts_with("junk.yaml:")),
+            "{:?}",
+            set.unattributed
+        );
+        // The second fleet names a template nobody has: an error for it alone.
+        let missing = ledger.replacen("templateName: ", "templateName: gone-", 1);
+        let set = load(&[
+            ("payments.yaml", payments.clone()),
+            ("ledger.yaml", missing),
+        ]);
+        assert_eq!(set.desired.len(), 1, "{:?}", set.errors());
+        assert!(
+            set.invalid["ledger"]
+                .iter()
+                .any(|e| e.contains("ref/template-not-found") && e.contains("error")),
+            "{:?}",
+            set.invalid
+        );
+    }
+
+    #[test]
+    fn a_missing_secret_refuses_only_the_fleet_whose_analysis_reads_it() {
+        let text = manifests();
+        let load = manifest::load_bytes("m.yaml", text.as_bytes());
+        let mut set = desired_from(&load.manifests, load.diagnostics, &[], "test");
+        assert_eq!(set.desired.len(), 1);
+        // Add a secret argument to every template the fleet runs.
+        for t in &mut set.desired[0].templates {
+            t.spec.args.push(
+                serde_json::from_value(serde_json::json!({
+                    "name": "api-token",
+                    "valueFrom": {"secretKeyRef": {"name": "flotilla-test-absent", "key": "token"}}
+                }))
+                .unwrap(),
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = crate::analysis::Secrets {
+            dir: Some(dir.path().to_path_buf()),
+        };
+        let mut missing = set.clone();
+        read_secrets(&mut missing, &secrets);
+        assert!(missing.desired.is_empty());
+        let errors = &missing.invalid["payment-api"];
+        assert!(
+            errors[0].contains("secretKeyRef")
+                && errors[0].contains("FLOTILLA_SECRET_FLOTILLA_TEST_ABSENT_TOKEN"),
+            "{errors:?}"
+        );
+        std::fs::create_dir_all(dir.path().join("flotilla-test-absent")).unwrap();
+        std::fs::write(dir.path().join("flotilla-test-absent/token"), "hunter2\n").unwrap();
+        read_secrets(&mut set, &secrets);
+        assert_eq!(set.desired.len(), 1, "{:?}", set.errors());
+        assert_eq!(
+            set.desired[0].secrets[&("flotilla-test-absent".to_owned(), "token".to_owned())],
+            "hunter2"
+        );
     }
 
     #[test]
@@ -862,7 +1231,7 @@ mod tests {
             &[("fleets/payments/clusters/prod-ap-south.yaml", good)],
         );
         let source = open(root.path(), &bare, false);
-        let (desired, _) = source.load().unwrap();
+        let desired = source.load().unwrap().0.desired;
         let overlay = &desired[0].overlays["prod-ap-south"];
         assert_eq!(overlay.image.as_deref(), Some("payment-api:1.8.2"));
         assert_eq!(overlay.env["DB_POOL"], "32");
@@ -875,7 +1244,7 @@ mod tests {
         .unwrap();
         sh(&work, &["commit", "-q", "-am", "typo"]);
         sh(&work, &["push", "-q", "origin", "main"]);
-        let error = source.poll().unwrap().unwrap_err().to_string();
+        let error = refused(source.poll());
         assert!(
             error.contains("fleets/payments/clusters/prod-ap-south.yaml@")
                 && error.contains(":3:")
@@ -897,7 +1266,7 @@ mod tests {
         sh(&work, &["add", "-A"]);
         sh(&work, &["commit", "-q", "-m", "more"]);
         sh(&work, &["push", "-q", "origin", "main"]);
-        let error = source.poll().unwrap().unwrap_err().to_string();
+        let error = refused(source.poll());
         assert!(
             error.contains("prod-mars.yaml@") && error.contains("cluster \"prod-mars\""),
             "{error}"
@@ -928,7 +1297,7 @@ mod tests {
         sh(&work, &["add", "-A"]);
         sh(&work, &["commit", "-q", "-m", "two and json"]);
         sh(&work, &["push", "-q", "origin", "main"]);
-        let error = source.poll().unwrap().unwrap_err().to_string();
+        let error = refused(source.poll());
         assert!(
             error.contains(
                 "a second overlay of Rollout \"payment-api\" for cluster \"prod-us-east\""
@@ -956,7 +1325,7 @@ mod tests {
         sh(&work, &["add", "-A"]);
         sh(&work, &["commit", "-q", "-m", "mars decommissioned"]);
         sh(&work, &["push", "-q", "origin", "main"]);
-        let (desired, _) = source.poll().unwrap().unwrap();
+        let desired = source.poll().unwrap().unwrap().0.desired;
         assert_eq!(
             desired[0].overlays["prod-us-east"].args.as_deref(),
             Some(&["--x".to_owned()][..])
@@ -999,7 +1368,7 @@ mod tests {
             text.starts_with("rollout: checkout-api\n") && text.contains("abc123"),
             "{text}"
         );
-        let (desired, _) = source.load().unwrap();
+        let desired = source.load().unwrap().0.desired;
         let of = |rollout: &str| {
             desired
                 .iter()
@@ -1032,7 +1401,7 @@ mod tests {
         sh(&work, &["add", "-A"]);
         sh(&work, &["commit", "-q", "-m", "misplaced"]);
         sh(&work, &["push", "-q", "origin", "main"]);
-        let error = source.poll().unwrap().unwrap_err().to_string();
+        let error = refused(source.poll());
         assert!(
             error.contains("checkout-api/prod-eu-west.yaml@")
                 && error.contains("is under clusters/checkout-api/"),
@@ -1065,7 +1434,7 @@ mod tests {
         );
         let listed = sh(&bare, &["ls-tree", "-r", "--name-only", "main"]);
         assert!(!listed.contains("prod-us-east.yaml"), "{listed}");
-        let (desired, _) = source.load().unwrap();
+        let desired = source.load().unwrap().0.desired;
         let overlay = &desired[0].overlays["prod-us-east"];
         assert_eq!(overlay.pinned_image("abc123"), Some("payment-api:1.8.3"));
         assert_eq!(overlay.env["DB_REGION"], "us-east-1");
@@ -1116,7 +1485,7 @@ mod tests {
             text,
             "rollout: payment-api\nenv: {DB_POOL: \"24\"}\n# tuned by hand\npin: {rejects: \"abc123\", image: \"payment-api:1.8.3\"}"
         );
-        let (desired, _) = source.load().unwrap();
+        let desired = source.load().unwrap().0.desired;
         let overlay = &desired[0].overlays["prod-us-east"];
         assert_eq!(overlay.env["DB_POOL"], "24");
         assert_eq!(overlay.pinned_image("abc123"), Some("payment-api:1.8.3"));

@@ -9,12 +9,26 @@
 //!   that applied it: exactly once.
 //! - Notifications leave the outbox only once delivered (or given up on): at least once.
 //!
+//! - A store is created only where none is: the file absent (first start), or `--init-store`
+//!   over an empty file. A file that exists but is empty, truncated, garbled, of another program
+//!   or of a newer schema is refused with the reason, before anything runs: an empty store must
+//!   never look like a fleet with no history (that would deploy the manifests everywhere at
+//!   once).
+//! - Every call into redb is guarded: a panic inside it (a corrupt page) is an error that names
+//!   the file, never an abort.
+//! - The store carries its schema version ([`SCHEMA`], in the `meta` table); a store of the
+//!   release before versioning (no `meta` table, the same tables) is schema 1 and is upgraded in
+//!   place at open.
+//!
 //! redb was chosen for an ACID, single-file, pure-Rust store with no server and crash-safe
 //! commits (copy-on-write B-trees with a checksummed commit slot).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -25,6 +39,23 @@ const COMMANDS: TableDefinition<u64, &[u8]> = TableDefinition::new("commands");
 const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
 const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The store's schema version: what this release writes and reads. Records change only by
+/// adding fields (older records decode with their defaults); a new version is for a change that
+/// needs converting records at open.
+pub const SCHEMA: u64 = 1;
+
+/// How [`Store::open`] may treat the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenMode {
+    /// Open the store; create it only when the file is absent (a first start).
+    #[default]
+    Existing,
+    /// `--init-store`: create a new store, also over an existing empty file; a store that holds
+    /// state is never replaced.
+    Init,
+}
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +76,50 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
+    /// The file is not a store this release can use (empty, truncated, garbled, another
+    /// program's, a newer schema); nothing was changed.
+    #[error("store {path}: {reason}")]
+    Refused {
+        /// The store file.
+        path: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// redb panicked (a corrupt page); the panic was caught.
+    #[error(
+        "store {path}: the database failed while {what}: {message} (the file may be corrupt; restore it from a backup)"
+    )]
+    Panicked {
+        /// The store file.
+        path: String,
+        /// What the store was doing.
+        what: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into())
+}
+
+/// Runs `body`, turning a panic inside redb into [`StoreError::Panicked`].
+fn guarded<T>(
+    path: &str,
+    what: &'static str,
+    body: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
+        Err(StoreError::Panicked {
+            path: path.to_owned(),
+            what,
+            message: panic_message(payload.as_ref()),
+        })
+    })
 }
 
 /// The controller's store.
@@ -73,23 +148,154 @@ pub struct TickWrite<'a> {
 }
 
 impl Store {
-    /// Opens (or creates) the store at `path`.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    /// Opens the store at `path`; creates it only when the file is absent, or, with
+    /// [`OpenMode::Init`], over an empty file. Returns the store and whether it was created.
+    pub fn open(path: &Path, mode: OpenMode) -> Result<(Store, bool), StoreError> {
         let name = path.display().to_string();
-        let db = Database::create(path).map_err(|e| StoreError::Database {
+        let refused = |reason: String| StoreError::Refused {
             path: name.clone(),
-            source: e.into(),
+            reason,
+        };
+        let size = match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => Some(meta.len()),
+            Ok(_) => return Err(refused("is not a regular file".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(refused(format!("cannot be read: {e}"))),
+        };
+        let create = match (size, mode) {
+            (None, _) => true,
+            (Some(0), OpenMode::Init) => true,
+            (Some(0), OpenMode::Existing) => {
+                return Err(refused(
+                    "exists but is empty (0 bytes), so it holds no state this controller can \
+                     resume from; a new store is created only where the file is absent, or with \
+                     --init-store (nothing was started)"
+                        .into(),
+                ));
+            }
+            (Some(_), _) => false,
+        };
+        let db = guarded(&name, "opening the file", || {
+            let opened = if create {
+                Database::create(path)
+            } else {
+                Database::open(path)
+            };
+            opened.map_err(|e| {
+                refused(if create {
+                    format!("cannot be created: {e}")
+                } else {
+                    format!(
+                        "is not a readable Flotilla store (truncated, garbled or not a redb \
+                         file): {e}; restore it from a backup, or move it away to start afresh \
+                         (nothing was started)"
+                    )
+                })
+            })
         })?;
-        let store = Store { db, path: name };
-        store.write(|txn| {
+        let mut store = Store {
+            db,
+            path: name.clone(),
+        };
+        if !create {
+            let intact = guarded(&store.path.clone(), "checking its integrity", || {
+                store.db.check_integrity().map_err(|e| store.db_error(e))
+            })?;
+            if !intact {
+                return Err(refused(
+                    "failed redb's integrity check and was repaired from its last commit; \
+                     start again to use the repaired store"
+                        .into(),
+                ));
+            }
+        }
+        let path_name = store.path.clone();
+        guarded(&path_name, "reading its schema", || {
+            store.check_schema(create, mode)
+        })?;
+        Ok((store, create))
+    }
+
+    /// Checks (and on creation writes) the schema version and the tables.
+    fn check_schema(&self, create: bool, mode: OpenMode) -> Result<(), StoreError> {
+        let refused = |reason: String| StoreError::Refused {
+            path: self.path.clone(),
+            reason,
+        };
+        if !create {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let tables: Vec<String> = txn
+                .list_tables()
+                .map_err(|e| self.db_error(e))?
+                .map(|t| t.name().to_owned())
+                .collect();
+            let ours = ["fleets", "commands", "audit", "outbox", "sequences"];
+            if !ours.iter().all(|t| tables.iter().any(|have| have == t)) {
+                return Err(refused(format!(
+                    "is a redb database but not a Flotilla store (its tables: {}); nothing was \
+                     started",
+                    if tables.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        tables.join(", ")
+                    }
+                )));
+            }
+            let schema = if tables.iter().any(|t| t == "meta") {
+                let meta = txn.open_table(META).map_err(|e| self.db_error(e))?;
+                meta.get("schema")
+                    .map_err(|e| self.db_error(e))?
+                    .map_or(1, |v| v.value())
+            } else {
+                1
+            };
+            if schema > SCHEMA {
+                return Err(refused(format!(
+                    "was written by a newer Flotilla (schema {schema}; this release reads up to \
+                     {SCHEMA}); nothing was started"
+                )));
+            }
+            if mode == OpenMode::Init {
+                let fleets = txn
+                    .open_table(FLEETS)
+                    .map_err(|e| self.db_error(e))?
+                    .len()
+                    .map_err(|e| self.db_error(e))?;
+                return Err(refused(format!(
+                    "already holds state ({fleets} fleet records); --init-store only creates a \
+                     store where none is, and never replaces one"
+                )));
+            }
+        }
+        self.write(|txn| {
             txn.open_table(FLEETS)?;
             txn.open_table(COMMANDS)?;
             txn.open_table(AUDIT)?;
             txn.open_table(OUTBOX)?;
             txn.open_table(SEQUENCES)?;
+            txn.open_table(META)?.insert("schema", SCHEMA)?;
             Ok(())
-        })?;
-        Ok(store)
+        })
+    }
+
+    /// The schema version the store carries.
+    pub fn schema(&self) -> Result<u64, StoreError> {
+        self.guard("reading its schema", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let meta = txn.open_table(META).map_err(|e| self.db_error(e))?;
+            Ok(meta
+                .get("schema")
+                .map_err(|e| self.db_error(e))?
+                .map_or(1, |v| v.value()))
+        })
+    }
+
+    fn guard<T>(
+        &self,
+        what: &'static str,
+        body: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        guarded(&self.path, what, body)
     }
 
     fn db_error(&self, source: impl Into<redb::Error>) -> StoreError {
@@ -117,22 +323,26 @@ impl Store {
         &self,
         body: impl FnOnce(&redb::WriteTransaction) -> Result<T, redb::Error>,
     ) -> Result<T, StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.db_error(e))?;
-        let value = body(&txn).map_err(|e| self.db_error(e))?;
-        txn.commit().map_err(|e| self.db_error(e))?;
-        Ok(value)
+        self.guard("writing", || {
+            let txn = self.db.begin_write().map_err(|e| self.db_error(e))?;
+            let value = body(&txn).map_err(|e| self.db_error(e))?;
+            txn.commit().map_err(|e| self.db_error(e))?;
+            Ok(value)
+        })
     }
 
     /// Every fleet record.
     pub fn fleets(&self) -> Result<Vec<FleetRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-        let table = txn.open_table(FLEETS).map_err(|e| self.db_error(e))?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.db_error(e))? {
-            let (_, value) = entry.map_err(|e| self.db_error(e))?;
-            out.push(self.decode(value.value())?);
-        }
-        Ok(out)
+        self.guard("reading the fleet records", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = txn.open_table(FLEETS).map_err(|e| self.db_error(e))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|e| self.db_error(e))? {
+                let (_, value) = entry.map_err(|e| self.db_error(e))?;
+                out.push(self.decode(value.value())?);
+            }
+            Ok(out)
+        })
     }
 
     /// Queues a command; it is durable when this returns.
@@ -150,14 +360,16 @@ impl Store {
 
     /// Commands not yet applied, oldest first.
     pub fn pending_commands(&self) -> Result<Vec<QueuedCommand>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-        let table = txn.open_table(COMMANDS).map_err(|e| self.db_error(e))?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.db_error(e))? {
-            let (_, value) = entry.map_err(|e| self.db_error(e))?;
-            out.push(self.decode(value.value())?);
-        }
-        Ok(out)
+        self.guard("reading the command queue", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = txn.open_table(COMMANDS).map_err(|e| self.db_error(e))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|e| self.db_error(e))? {
+                let (_, value) = entry.map_err(|e| self.db_error(e))?;
+                out.push(self.decode(value.value())?);
+            }
+            Ok(out)
+        })
     }
 
     /// Writes one tick atomically: the record, the consumed commands, audit and notifications.
@@ -208,29 +420,33 @@ impl Store {
 
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
     pub fn audit(&self, fleet: Option<&str>, since: u64) -> Result<Vec<AuditEntry>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-        let table = txn.open_table(AUDIT).map_err(|e| self.db_error(e))?;
-        let mut out = Vec::new();
-        for entry in table.range(since..).map_err(|e| self.db_error(e))? {
-            let (_, value) = entry.map_err(|e| self.db_error(e))?;
-            let entry: AuditEntry = self.decode(value.value())?;
-            if fleet.is_none_or(|f| f == entry.fleet) {
-                out.push(entry);
+        self.guard("reading the audit log", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = txn.open_table(AUDIT).map_err(|e| self.db_error(e))?;
+            let mut out = Vec::new();
+            for entry in table.range(since..).map_err(|e| self.db_error(e))? {
+                let (_, value) = entry.map_err(|e| self.db_error(e))?;
+                let entry: AuditEntry = self.decode(value.value())?;
+                if fleet.is_none_or(|f| f == entry.fleet) {
+                    out.push(entry);
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Notifications waiting for delivery, oldest first.
     pub fn outbox(&self) -> Result<Vec<(u64, Notification)>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-        let table = txn.open_table(OUTBOX).map_err(|e| self.db_error(e))?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.db_error(e))? {
-            let (key, value) = entry.map_err(|e| self.db_error(e))?;
-            out.push((key.value(), self.decode(value.value())?));
-        }
-        Ok(out)
+        self.guard("reading the outbox", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = txn.open_table(OUTBOX).map_err(|e| self.db_error(e))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(|e| self.db_error(e))? {
+                let (key, value) = entry.map_err(|e| self.db_error(e))?;
+                out.push((key.value(), self.decode(value.value())?));
+            }
+            Ok(out)
+        })
     }
 
     /// Removes a delivered notification.
@@ -269,10 +485,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
         let id = {
-            let store = Store::open(&path).unwrap();
+            let store = Store::open(&path, OpenMode::Existing).unwrap().0;
             store.enqueue(command("payments")).unwrap().id
         };
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
         let pending = store.pending_commands().unwrap();
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].id, id);
@@ -294,7 +510,7 @@ mod tests {
             })
             .unwrap();
         drop(store);
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
         assert!(store.pending_commands().unwrap().is_empty());
         let audit = store.audit(Some("payments"), 0).unwrap();
         assert_eq!(audit.len(), 1);
@@ -305,7 +521,9 @@ mod tests {
     #[test]
     fn the_outbox_keeps_notifications_until_delivered() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.redb")).unwrap();
+        let store = Store::open(&dir.path().join("s.redb"), OpenMode::Existing)
+            .unwrap()
+            .0;
         let n = Notification {
             event: "fleet-halted".into(),
             fleet: "f".into(),
@@ -326,5 +544,140 @@ mod tests {
         assert_eq!(outbox.len(), 2);
         store.delivered(outbox[0].0).unwrap();
         assert_eq!(store.outbox().unwrap().len(), 1);
+    }
+
+    fn refusal(path: &Path, mode: OpenMode) -> String {
+        match Store::open(path, mode) {
+            Ok(_) => panic!("{} was opened", path.display()),
+            Err(e @ StoreError::Refused { .. }) => e.to_string(),
+            Err(other) => panic!("not a refusal: {other}"),
+        }
+    }
+
+    #[test]
+    fn an_absent_store_is_created_and_an_empty_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (_, created) = Store::open(&path, OpenMode::Existing).unwrap();
+        assert!(created, "absent: a first start creates it");
+        let (_, created) = Store::open(&path, OpenMode::Existing).unwrap();
+        assert!(!created);
+        let empty = dir.path().join("empty.redb");
+        std::fs::write(&empty, b"").unwrap();
+        let why = refusal(&empty, OpenMode::Existing);
+        assert!(
+            why.contains("empty (0 bytes)") && why.contains("--init-store"),
+            "{why}"
+        );
+        assert_eq!(
+            std::fs::metadata(&empty).unwrap().len(),
+            0,
+            "nothing written"
+        );
+        let (store, created) = Store::open(&empty, OpenMode::Init).unwrap();
+        assert!(created);
+        assert_eq!(store.schema().unwrap(), SCHEMA);
+    }
+
+    #[test]
+    fn init_never_replaces_a_store_that_holds_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        store.enqueue(command("payments")).unwrap();
+        drop(store);
+        let why = refusal(&path, OpenMode::Init);
+        assert!(why.contains("already holds state"), "{why}");
+        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        assert_eq!(
+            store.pending_commands().unwrap().len(),
+            1,
+            "the state is intact"
+        );
+    }
+
+    #[test]
+    fn truncated_garbled_and_foreign_files_are_refused_not_panicked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        for _ in 0..20 {
+            store.enqueue(command("payments")).unwrap();
+        }
+        drop(store);
+        let whole = std::fs::read(&path).unwrap();
+        for (name, bytes) in [
+            ("truncated-header", whole[..100].to_vec()),
+            ("truncated-half", whole[..whole.len() / 2].to_vec()),
+            ("garbled", {
+                let mut b = whole.clone();
+                for (i, x) in b.iter_mut().enumerate().skip(64) {
+                    *x ^= (i as u8).wrapping_mul(31) | 1;
+                }
+                b
+            }),
+            ("text", b"fleets: []\n".to_vec()),
+        ] {
+            let bad = dir.path().join(format!("{name}.redb"));
+            std::fs::write(&bad, &bytes).unwrap();
+            match Store::open(&bad, OpenMode::Existing) {
+                // A file redb can still read (its last good commit) is not refused, but must
+                // then answer without panicking.
+                Ok((store, created)) => {
+                    assert!(!created, "{name}");
+                    let _ = store.fleets();
+                    let _ = store.pending_commands();
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(text.contains(&bad.display().to_string()), "{name}: {text}");
+                }
+            }
+        }
+        let text = dir.path().join("text.redb");
+        assert!(refusal(&text, OpenMode::Existing).contains("not a readable Flotilla store"));
+        let foreign = dir.path().join("foreign.redb");
+        {
+            let db = Database::create(&foreign).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(TableDefinition::<&str, u64>::new("other"))
+                .unwrap()
+                .insert("x", 1)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let why = refusal(&foreign, OpenMode::Existing);
+        assert!(
+            why.contains("not a Flotilla store") && why.contains("other"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_store_of_the_release_before_versioning_opens_as_schema_1_and_a_newer_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old.redb");
+        {
+            let db = Database::create(&old).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(FLEETS).unwrap();
+            txn.open_table(COMMANDS).unwrap();
+            txn.open_table(AUDIT).unwrap();
+            txn.open_table(OUTBOX).unwrap();
+            txn.open_table(SEQUENCES).unwrap();
+            txn.commit().unwrap();
+        }
+        let (store, created) = Store::open(&old, OpenMode::Existing).unwrap();
+        assert!(!created);
+        assert_eq!(store.schema().unwrap(), 1);
+        store
+            .write(|txn| {
+                txn.open_table(META)?.insert("schema", SCHEMA + 1)?;
+                Ok(())
+            })
+            .unwrap();
+        drop(store);
+        let why = refusal(&old, OpenMode::Existing);
+        assert!(why.contains("newer Flotilla"), "{why}");
     }
 }

@@ -138,7 +138,7 @@ pub struct Run {
     pub dry_run_summary: Summary,
 }
 
-fn is_completed(phase: AnalysisPhase) -> bool {
+pub(crate) fn is_completed(phase: AnalysisPhase) -> bool {
     matches!(
         phase,
         AnalysisPhase::Successful
@@ -646,6 +646,55 @@ impl Run {
                 state.successful_without_evidence == 0
                     && state.measurements.iter().any(|m| m.evidence)
             })
+    }
+
+    /// Why the run, still measuring, has no current evidence at `now`, if it has none: a wet
+    /// metric still measuring whose latest measurement with evidence (Successful, or Failed
+    /// within its failureLimit) finished longer ago than its interval and as much again for the
+    /// provider to answer, or that never had one. A completed run, and a completed metric, is the
+    /// evidence of its own (it is not re-checked).
+    pub fn stale(&self, plan: &RunPlan, now: Millis) -> Option<String> {
+        if self.is_completed() {
+            return None;
+        }
+        for (metric, state) in plan.metrics.iter().zip(&self.metrics) {
+            if metric.dry_run || is_completed(state.phase) {
+                continue;
+            }
+            let fresh_for = metric
+                .interval
+                .map_or(Millis::MAX, |i| (i as Millis).saturating_mul(2));
+            let latest = state.measurements.iter().rev().find(|m| {
+                m.evidence
+                    && matches!(m.phase, AnalysisPhase::Successful | AnalysisPhase::Failed)
+                    && m.finished_at.is_some()
+            });
+            if let Some(at) = latest.and_then(|m| m.finished_at)
+                && now.saturating_sub(at) <= fresh_for
+            {
+                continue;
+            }
+            let last = state
+                .measurements
+                .iter()
+                .rev()
+                .find(|m| m.finished_at.is_some());
+            let why = match last {
+                Some(m) if m.phase == AnalysisPhase::Error => format!(
+                    "it errored at {} s: {}",
+                    m.finished_at.unwrap_or(0) / 1000,
+                    m.message
+                ),
+                Some(m) if !m.evidence => "its last measurement had no data".to_owned(),
+                Some(m) => format!(
+                    "its last measurement with evidence is {} s old",
+                    now.saturating_sub(m.finished_at.unwrap_or(0)) / 1000
+                ),
+                None => "no measurement has finished yet".to_owned(),
+            };
+            return Some(format!("metric {:?}: {why}", metric.name));
+        }
+        None
     }
 
     /// The latest finished measurement of each metric, for reports: (metric, measurement).

@@ -897,9 +897,10 @@ impl FleetMachine {
                 RunReport {
                     phase: run.phase,
                     message: run.message.clone(),
-                    abort_on_inconclusive: plan.is_some_and(|plan| {
-                        run.inconclusive_action(&plan) == OnInconclusive::Abort
-                    }),
+                    abort_on_inconclusive: plan
+                        .as_ref()
+                        .is_some_and(|plan| run.inconclusive_action(plan) == OnInconclusive::Abort),
+                    stale: plan.as_ref().and_then(|plan| run.stale(plan, now)),
                 },
             );
         }
@@ -1042,6 +1043,32 @@ impl FleetMachine {
             self.on_failure(name, wave, scope, cause);
             return;
         }
+        // Held before its promotion for want of current evidence: Paused, saying why; back to
+        // Progressing when the evidence arrives.
+        if let Some(hold) = &engine.evidence_hold {
+            // Past the progress deadline the hold is an EvidenceTimeout (a canary that gets no
+            // traffic never waits silently forever).
+            let reason = if engine.deadline_exceeded {
+                format!(
+                    "EvidenceTimeout: {hold} (past progressDeadlineSeconds; promote to accept, abort to roll back)"
+                )
+            } else {
+                hold.clone()
+            };
+            if cluster.status != ClusterStatus::Paused || cluster.reason != reason {
+                cluster.status = ClusterStatus::Paused;
+                cluster.reason = reason;
+            }
+            return;
+        }
+        if cluster.status == ClusterStatus::Paused
+            && (cluster.reason.starts_with("waiting for evidence")
+                || cluster.reason.starts_with("EvidenceTimeout"))
+        {
+            cluster.status = ClusterStatus::Progressing;
+            cluster.reason = "updating".into();
+        }
+        let engine = &cluster.rollout;
         let healthy = engine.phase == Phase::Healthy
             && engine.stable == engine.current
             && engine

@@ -576,11 +576,13 @@ fn a_canary_with_no_traffic_never_validates_its_cluster() {
         "{}",
         sim.machine.state.clusters["canary-eu-west"].reason
     );
+    // Held before its promotion: never promoted on a result without data.
+    let reason = &sim.machine.state.clusters["canary-eu-west"].reason;
     assert!(
-        sim.machine.state.clusters["canary-eu-west"]
-            .reason
-            .contains("without evidence")
+        reason.starts_with("EvidenceTimeout: waiting for evidence") && reason.contains("no data"),
+        "{reason}"
     );
+    assert!(!sim.stable_is_new("canary-eu-west"), "never promoted");
     assert_eq!(sim.got_new_version("prod-eu-west"), None);
 }
 
@@ -1548,6 +1550,58 @@ fn secret_arguments_come_from_the_plan_and_are_redacted() {
         .clone();
     assert_eq!(query.as_deref(), Some("up{token=\"hunter2\"}"));
     assert_eq!(run.redact("token hunter2"), "token *****");
+}
+
+/// Evidence at the moment of decision: the metrics provider goes down as the canary reaches the
+/// end of its steps. The promotion to full weight is held (Paused, saying why) while no fresh
+/// measurement exists, and happens once one arrives; the cluster is then validated.
+#[test]
+fn an_outage_across_the_end_of_a_canary_holds_its_promotion_until_evidence_returns() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    // Errors are retried every 10 s: a limit of 12 outlasts the outage, so only freshness can
+    // hold the promotion.
+    sim.machine
+        .plan
+        .templates
+        .get_mut("error-rate")
+        .unwrap()
+        .metrics[0]
+        .consecutive_error_limit = Some(crate::spec::IntOrString::Int(12));
+    // Into the last step (the final pause) of canary-eu-west's canary.
+    loop {
+        let engine = &sim.machine.state.clusters["canary-eu-west"].rollout;
+        if engine.current != engine.stable && engine.step_index.unwrap_or(0) >= 3 {
+            break;
+        }
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    sim.truth.outage.insert("canary-eu-west");
+    let outage_started = sim.now;
+    let mut held = false;
+    while sim.now < outage_started + 100_000 {
+        sim.now += 5_000;
+        sim.step(&[]);
+        let c = &sim.machine.state.clusters["canary-eu-west"];
+        assert!(
+            !sim.stable_is_new("canary-eu-west"),
+            "promoted during the outage"
+        );
+        if c.status == ClusterStatus::Paused {
+            assert!(c.reason.starts_with("waiting for evidence"), "{}", c.reason);
+            held = true;
+        }
+    }
+    assert!(
+        held,
+        "never held: {:?}",
+        sim.machine.state.clusters["canary-eu-west"].rollout
+    );
+    sim.truth.outage.clear();
+    sim.run_until(sim.now + 3_600_000);
+    let c = &sim.machine.state.clusters["canary-eu-west"];
+    assert!(c.reason.starts_with("validated"), "{}", c.reason);
+    assert_eq!(sim.machine.state.phase, FleetPhase::Completed);
 }
 
 fn pinned_to(image: &str) -> ClusterOverlay {

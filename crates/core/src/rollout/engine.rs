@@ -641,6 +641,7 @@ fn compute_phase(ctx: &Ctx<'_>, state: &mut RolloutState) {
         Healthy,
         Updating,
         Waiting,
+        Evidence(String),
     }
     let (phase, says) = if state.abort {
         (Phase::Degraded, Says::Aborted)
@@ -650,6 +651,8 @@ fn compute_phase(ctx: &Ctx<'_>, state: &mut RolloutState) {
         (Phase::Paused, Says::Manual)
     } else if let Some(condition) = state.pause_conditions.first() {
         (Phase::Paused, Says::Condition(condition.reason))
+    } else if let Some(hold) = &state.evidence_hold {
+        (Phase::Progressing, Says::Evidence(hold.clone()))
     } else if settled {
         (Phase::Healthy, Says::Healthy)
     } else if state.current != state.stable {
@@ -676,6 +679,7 @@ fn compute_phase(ctx: &Ctx<'_>, state: &mut RolloutState) {
                     == Some(revision)
             }
             Says::Waiting => state.message == "waiting for replicas",
+            Says::Evidence(hold) => state.message == *hold,
         };
     if same {
         return;
@@ -691,6 +695,7 @@ fn compute_phase(ctx: &Ctx<'_>, state: &mut RolloutState) {
         Says::Healthy => String::new(),
         Says::Updating => format!("updating to revision {revision}"),
         Says::Waiting => "waiting for replicas".into(),
+        Says::Evidence(hold) => hold,
     };
 }
 
@@ -798,6 +803,7 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
         state.step_index = Some(steps_len);
         terminate_runs(ctx, state);
     }
+    state.evidence_hold = None;
     // Walk the steps while each is complete; stop at the first that must wait.
     for _ in 0..=steps.len() + 1 {
         let index = state.step_index.unwrap_or(0);
@@ -832,6 +838,32 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
             return;
         }
         if index >= steps_len {
+            // Evidence at the moment of decision: a background run still measuring must have a
+            // fresh measurement of every wet metric, or the promotion to full weight waits
+            // (counting toward the progress deadline). Argo promotes here on whatever the run
+            // last said; a canary is only ever promoted on current evidence.
+            if !state.promote_full && state.background_started {
+                let key = RunKey {
+                    revision: current,
+                    attempt: state.attempt,
+                    slot: AnalysisSlot::Background,
+                };
+                if let Some(why) = ctx
+                    .observed
+                    .analysis
+                    .get(&key)
+                    .filter(|r| !crate::analysis::run::is_completed(r.phase))
+                    .and_then(|r| r.stale.as_ref())
+                {
+                    let message = format!("waiting for evidence: {why}");
+                    if state.evidence_hold.as_ref() != Some(&message) {
+                        ctx.event("WaitingForEvidence", message.clone());
+                        state.evidence_hold = Some(message);
+                    }
+                    waiting(ctx, state);
+                    return;
+                }
+            }
             promote(ctx, state, canary, current, stable);
             return;
         }

@@ -78,6 +78,12 @@ pub struct RunReport {
     pub message: String,
     /// Whether an Inconclusive verdict should abort rather than pause (`onInconclusive`).
     pub abort_on_inconclusive: bool,
+    /// Why a run still measuring has no current evidence (a wet metric without a fresh
+    /// measurement with evidence), if it has none: the engine then holds a promotion to full
+    /// weight rather than promote on stale or missing measurements. None when the driver does
+    /// not judge freshness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
 }
 
 /// The world as observed at one reconcile.
@@ -327,6 +333,9 @@ pub struct RolloutState {
     pub waiting_since: Option<Millis>,
     /// Whether the progress deadline was exceeded.
     pub deadline_exceeded: bool,
+    /// Why the promotion to full weight is held for want of current evidence, while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_hold: Option<String>,
     /// Blue-green: the revision behind the active service.
     pub active: Option<RevisionNumber>,
     /// Blue-green: the revision behind the preview service.

@@ -137,6 +137,7 @@ impl World {
                         message: run.message.clone(),
                         abort_on_inconclusive: run.inconclusive_action(plan)
                             == crate::spec::analysis::OnInconclusive::Abort,
+                        stale: run.stale(plan, self.now),
                     },
                 )
             })

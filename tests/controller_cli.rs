@@ -1589,3 +1589,85 @@ fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fle
         load.finish().await;
     });
 }
+
+/// An in-flight rollout survives an upgrade of Flotilla: `tests/fixtures/upgrade-0.1/` holds a
+/// store written by the release before this one (commit ff17bc2) with the demo's healthy release
+/// of 1.9.0 in wave 2 (canary-eu-west validated, prod-eu-west mid-canary), and that release's
+/// view of it. This release opens it, resumes the same revision at the same wave (wave 1 is not
+/// run again), repairs the fresh agents to what the record says they run, and completes.
+#[test]
+fn an_in_flight_rollout_of_the_previous_release_resumes_after_an_upgrade() {
+    let _machine = exclusive();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upgrade-0.1");
+    let before: FleetView =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("view.json")).unwrap()).unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut lab = Lab::prepare(Scenario::Healthy, 2.0, "");
+        std::fs::copy(
+            fixture.join("state.redb"),
+            lab.dir.path().join("state.redb"),
+        )
+        .unwrap();
+        let load = Load::start(lab.targets());
+        lab.start_serve();
+        let resumed = lab.fleet().await;
+        assert_eq!(resumed.revision, before.revision, "{resumed:#?}");
+        assert_eq!(resumed.image, format!("payment-api:{NEW}"));
+        assert_eq!(resumed.wave, 2, "{resumed:#?}");
+        assert_eq!(resumed.waves[0].completed_at, before.waves[0].completed_at);
+        assert_eq!(cluster(&resumed, "canary-eu-west").status, "Validated");
+        assert_eq!(
+            cluster(&resumed, "prod-eu-west").started_at,
+            cluster(&before, "prod-eu-west").started_at,
+            "prod-eu-west resumes its canary, not a new one"
+        );
+        let done = lab
+            .wait_for(
+                "completion after the upgrade",
+                Duration::from_secs(180),
+                |v| v.phase == "Completed",
+            )
+            .await;
+        for site in SITES {
+            let c = cluster(&done, site.name);
+            assert_eq!(
+                (c.status.as_str(), c.stable_version.as_deref()),
+                ("Validated", Some(NEW)),
+                "{c:#?}"
+            );
+        }
+        let history = lab.client().history("payment-api").await.unwrap();
+        assert!(
+            !history.iter().any(|e| e.kind == "adopt"),
+            "not a first start: {history:#?}"
+        );
+        let wave1 = history
+            .iter()
+            .filter(|e| {
+                e.revision == before.revision
+                    && e.kind == "wave"
+                    && e.message.contains("wave 1 completed")
+            })
+            .count();
+        assert_eq!(
+            wave1, 1,
+            "wave 1 completed before the upgrade, never again: {history:#?}"
+        );
+        // The data plane, not only the record: every agent serves 1.9.0 from its stable subset.
+        for (site, control) in SITES.iter().zip(&lab.controls) {
+            let status = flotilla_agent::AgentClient::new(control.clone())
+                .unwrap()
+                .status()
+                .await
+                .unwrap();
+            let stable = status
+                .subsets
+                .iter()
+                .find(|s| s.subset == "stable")
+                .unwrap();
+            assert_eq!(stable.version, NEW, "{}: {status:#?}", site.name);
+        }
+        load.finish().await;
+    });
+}

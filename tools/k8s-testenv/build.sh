@@ -5,12 +5,13 @@
 # kwok (the fake kubelet), all from this wrapper module's committed go.mod/go.sum (kwok from
 # kwok/go.mod), CGO off.
 #
-# Output: a directory outside the work tree, keyed by the versions, go.mod, go.sum, this script
-# and the Go version: ${FLOTILLA_K8S_CACHE:-$HOME/.cache/flotilla-k8s}/bin-<key>/. Built only
-# when missing (a flock serialises concurrent callers); its path is printed as the last stdout
-# line. Go's module and build caches live in the same cache root (go-mod/, go-build/) unless
-# GOMODCACHE/GOCACHE are set. `--print-dir` prints the directory without building; `--module-dir MODULE` prints where
-# the module cache holds a module of this graph.
+# Output: a directory outside the work tree, keyed by versions.env, both go.mod/go.sum, the
+# build tags and flags and the Go version: ${FLOTILLA_K8S_CACHE:-$HOME/.cache/flotilla-k8s}/
+# bin-<key>/. Built only when missing (a flock serialises concurrent callers); its path is
+# printed as the last stdout line. Go's module and build caches live in the same cache root
+# (go-mod/, go-build/) unless GOMODCACHE/GOCACHE are set. `--print-dir` prints the directory
+# without building; `--module-dir MODULE` prints where the module cache holds a module of this
+# graph (downloading it if needed).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE"
@@ -21,7 +22,7 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false -t
 export GOMODCACHE="${GOMODCACHE:-$CACHE/go-mod}" GOCACHE="${GOCACHE:-$CACHE/go-build}"
 TAGS="selinux,notest,grpcnotrace"
 # The key: everything the binaries depend on (not this script's other lines).
-KEY=$( { cat versions.env go.mod go.sum kwok/go.mod kwok/go.sum; echo "$TAGS $GOFLAGS"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+KEY=$( { grep -v '^#' versions.env; cat go.mod go.sum kwok/go.mod kwok/go.sum; echo "$TAGS $GOFLAGS"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
 OUT="$CACHE/bin-$KEY"
 BINS="kube-apiserver kube-controller-manager kube-scheduler etcd rollouts-controller kubectl-argo-rollouts kwok"
 case "${1:-}" in

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Regenerates go.mod/go.sum of the wrapper module (and of kwok/) from versions.env (a maintainer's tool: the
-# committed go.mod/go.sum are what build.sh uses). Reads the staging-module list from the exact
-# k8s.io/kubernetes version's own go.mod (served by the module proxy) and replaces each
-# `k8s.io/<staging> v0.0.0` by its published v0.<minor>.<patch> release.
+# Regenerates go.mod/go.sum of the wrapper module (and of kwok/) from versions.env (a
+# maintainer's tool: the committed go.mod/go.sum are what build.sh uses). Reads the
+# staging-module list from the exact k8s.io/kubernetes version's own go.mod (served by the
+# module proxy) and replaces each `k8s.io/<staging> v0.0.0` by its published
+# v0.<minor>.<patch> release.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./versions.env
 export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+export GOMODCACHE="${GOMODCACHE:-${FLOTILLA_K8S_CACHE:-$HOME/.cache/flotilla-k8s}/go-mod}"
 STG="v0.${K8S_VERSION#v1.}"
 rm -f go.mod go.sum
 go mod init flotilla.invalid/tools/k8s-testenv >/dev/null 2>&1

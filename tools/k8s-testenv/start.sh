@@ -85,12 +85,13 @@ until_ok() {
     sleep 0.2
   done
 }
-# A free loopback port (nothing accepts a connection on it), distinct from the ones handed out.
+# A free loopback port (nothing accepts a connection on it), distinct from the ones handed out,
+# below Linux's ephemeral range (32768-60999) so that no outgoing connection holds it.
 USED=" "
 free_port() {
   local p
   while :; do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    p=$(( 20000 + RANDOM % 12000 ))
     case "$USED" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then USED="$USED$p "; echo "$p"; return; fi
   done

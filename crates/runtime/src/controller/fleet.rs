@@ -344,9 +344,14 @@ impl FleetController {
             .state
             .clusters
             .retain(|name, _| plan.clusters.contains_key(name));
+        // A cluster new to the plan is adopted from what it runs, as at a first start.
         for cluster in plan.clusters.keys() {
+            if !machine.state.clusters.contains_key(cluster) {
+                record.adopting.insert(cluster.clone());
+            }
             machine.state.clusters.entry(cluster.clone()).or_default();
         }
+        record.adopting.retain(|c| plan.clusters.contains_key(c));
         // Measurements in flight when the previous process died are taken again.
         for cluster in machine.state.clusters.values_mut() {
             for run in cluster.runs.values_mut() {
@@ -1847,6 +1852,34 @@ mod tests {
         controller.committed(&revision, "pinned".into(), vec!["prod-ap-south".into()]);
         assert!(controller.change_needed().is_none());
         assert_eq!(controller.record.pinned.len(), 2);
+    }
+
+    /// A cluster added to the Fleet of a fleet that already has a record is adopted from what
+    /// it runs before its first reconcile, as at a first start; one removed is forgotten.
+    #[tokio::test]
+    async fn a_cluster_new_to_a_resumed_fleet_is_adopted_not_deployed_to() {
+        let wiring = super::Wiring {
+            providers: flotilla_providers::Providers::new().unwrap(),
+            tick: std::time::Duration::from_secs(1),
+            correct_drift: false,
+            agent_tokens: Default::default(),
+        };
+        let desired = desired("payment-api:1.8.3");
+        let first = super::FleetController::new(&desired, None, &wiring).unwrap();
+        assert_eq!(
+            first.record.adopting.len(),
+            4,
+            "a first start adopts every cluster"
+        );
+        let mut stored = first.record.clone();
+        stored.adopting.clear();
+        stored.state.clusters.remove("prod-ap-south");
+        stored.adopting.insert("gone-cluster".into());
+        let resumed = super::FleetController::new(&desired, Some(stored), &wiring).unwrap();
+        assert_eq!(
+            resumed.record.adopting.iter().collect::<Vec<_>>(),
+            ["prod-ap-south"]
+        );
     }
 
     #[test]

@@ -308,18 +308,10 @@ pub async fn serve(
             .remove(&name)
             .and_then(|r| r.desired.clone().map(|d| (d, r)));
         let controller = match last {
-            Some((mut desired, record)) => {
-                let mut one = source::DesiredSet::default();
-                one.desired.push((*desired).clone());
-                source::read_secrets(&mut one, &secrets);
-                match one.desired.pop() {
-                    Some(d) => {
-                        *desired = d;
-                        build(&desired, Some(record)).map_err(|e| e.to_string())
-                    }
-                    None => Err(one.errors().join("\n")),
-                }
-            }
+            Some((mut desired, record)) => match source::read_secrets_of(&mut desired, &secrets) {
+                Ok(()) => build(&desired, Some(record)).map_err(|e| e.to_string()),
+                Err(errors) => Err(errors.join("\n")),
+            },
             None => Err("no valid desired state was ever read for it".to_owned()),
         };
         match controller {

@@ -697,47 +697,59 @@ impl DesiredSet {
 pub fn read_secrets(set: &mut DesiredSet, secrets: &crate::analysis::Secrets) {
     let mut valid = Vec::new();
     for mut desired in std::mem::take(&mut set.desired) {
-        let name = desired
-            .fleet_rollout
-            .metadata
-            .name
-            .clone()
-            .unwrap_or_default();
-        let mut errors = Vec::new();
-        let used = templates_run(
-            Some(&desired.rollout),
-            &desired.fleet_rollout,
-            desired.templates.iter(),
-        );
-        for template in desired
-            .templates
-            .iter()
-            .filter(|t| used.contains(t.metadata.name.as_deref().unwrap_or_default()))
-        {
-            for (i, arg) in template.spec.args.iter().enumerate() {
-                let Some(secret) = arg.secret_key_ref() else {
-                    continue;
-                };
-                match secrets.read(&secret.name, &secret.key) {
-                    Ok(value) => {
-                        desired
-                            .secrets
-                            .insert((secret.name.clone(), secret.key.clone()), value);
-                    }
-                    Err(e) => errors.push(format!(
-                        "AnalysisTemplate {:?} spec.args[{i}].valueFrom.secretKeyRef: {e}",
-                        template.metadata.name.clone().unwrap_or_default()
-                    )),
-                }
+        match read_secrets_of(&mut desired, secrets) {
+            Ok(()) => valid.push(desired),
+            Err(errors) => {
+                let name = desired.fleet_rollout.metadata.name.clone();
+                set.invalid
+                    .entry(name.unwrap_or_default())
+                    .or_default()
+                    .extend(errors);
             }
-        }
-        if errors.is_empty() {
-            valid.push(desired);
-        } else {
-            set.invalid.entry(name).or_default().extend(errors);
         }
     }
     set.desired = valid;
+}
+
+/// [`read_secrets`] for one fleet's desired state: fills its `secrets`, or says which could not
+/// be read.
+pub fn read_secrets_of(
+    desired: &mut Desired,
+    secrets: &crate::analysis::Secrets,
+) -> Result<(), Vec<String>> {
+    let mut errors = Vec::new();
+    let used = templates_run(
+        Some(&desired.rollout),
+        &desired.fleet_rollout,
+        desired.templates.iter(),
+    );
+    for template in desired
+        .templates
+        .iter()
+        .filter(|t| used.contains(t.metadata.name.as_deref().unwrap_or_default()))
+    {
+        for (i, arg) in template.spec.args.iter().enumerate() {
+            let Some(secret) = arg.secret_key_ref() else {
+                continue;
+            };
+            match secrets.read(&secret.name, &secret.key) {
+                Ok(value) => {
+                    desired
+                        .secrets
+                        .insert((secret.name.clone(), secret.key.clone()), value);
+                }
+                Err(e) => errors.push(format!(
+                    "AnalysisTemplate {:?} spec.args[{i}].valueFrom.secretKeyRef: {e}",
+                    template.metadata.name.clone().unwrap_or_default()
+                )),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 /// The names of the templates a FleetRollout runs: those its Rollout and its `waveAnalysis`

@@ -165,6 +165,15 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                 }
             )?;
             let at = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.0}s"));
+            for event in &report.events {
+                writeln!(
+                    stdout,
+                    "event at {}: {} — {}",
+                    at(Some(event.applied_at)),
+                    event.kind,
+                    event.message
+                )?;
+            }
             for wave in &report.waves {
                 writeln!(
                     stdout,
@@ -178,10 +187,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             for c in &report.clusters {
                 writeln!(
                     stdout,
-                    "  {:<16} wave {}  {:<10} started {:>6}  decided {:>6}  bad requests {:>6}  {}",
+                    "  {:<16} wave {}  {:<10} {:<20} started {:>6}  decided {:>6}  bad requests {:>6}  {}",
                     c.name,
                     c.wave,
                     c.outcome,
+                    c.image.as_deref().unwrap_or("-"),
                     at(c.started_at),
                     at(c.decided_at),
                     c.bad_requests,

@@ -102,6 +102,10 @@ pub struct ClusterState {
     /// durable change; the wave waits for `retry` instead of counting it decided.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub aborted_on_error: bool,
+    /// It was progressing when the fleet halted, and the halt paused it (its analysis goes on):
+    /// `retry` resumes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused_by_halt: bool,
 }
 
 /// The fleet machine's state: serializable, restored as is.
@@ -181,10 +185,16 @@ pub enum FleetCommand {
     Pause,
     /// Resume.
     Resume,
-    /// Skip the current bake (or, with a wave, promote that wave's paused clusters).
+    /// Skip the current bake and promote the wave's paused clusters (or one cluster's).
     Promote {
         /// A 1-based wave number, or the current one.
         wave: Option<usize>,
+        /// Skip every remaining step of the clusters promoted.
+        #[serde(default)]
+        full: bool,
+        /// Only this cluster (of any wave).
+        #[serde(default)]
+        cluster: Option<String>,
     },
     /// Abort the fleet, or one cluster.
     Abort {
@@ -315,13 +325,13 @@ impl FleetMachine {
                 .collect(),
             ..FleetState::default()
         });
-        FleetMachine {
+        let mut machine = FleetMachine {
             hashes: (
                 rollout::template_hash(revisions.previous).into(),
                 rollout::template_hash(revisions.next).into(),
             ),
             names: state.clusters.keys().cloned().collect(),
-            plan,
+            plan: plan.clone(),
             state,
             run_plans: BTreeMap::new(),
             plan_pool: BTreeMap::new(),
@@ -330,6 +340,76 @@ impl FleetMachine {
             overlays: BTreeMap::new(),
             overlaid: BTreeMap::new(),
             overlaid_for: None,
+        };
+        // A restored state may be of an earlier plan (the Fleet changed while the controller
+        // was down): its clusters and waves are fitted to this one.
+        machine.fit(&plan);
+        machine
+    }
+
+    /// The Fleet changed (a cluster joined or left): `plan` replaces the machine's plan.
+    ///
+    /// A cluster that left is forgotten (its rejections stay recorded); one that joined is
+    /// NotStarted (the driver adopts it from what it runs, as at a first start, with
+    /// [`Self::adopt`]). A wave keeps its start and completion times, except that a wave with a
+    /// member that has not started is not complete: a cluster joining a wave the fleet already
+    /// passed takes the fleet back to that wave (clusters of later waves in flight go on), and
+    /// the waves after it, still complete, are passed again without a second bake. A completed
+    /// fleet that gains a cluster progresses again. A wave analysis in flight whose wave
+    /// changed starts again.
+    pub fn replan(&mut self, plan: FleetPlan) {
+        let old = std::mem::replace(&mut self.plan, plan);
+        if old.waves != self.plan.waves
+            && let Some(wave_run) = self.state.wave_run.as_mut()
+            && !wave_run.settled
+        {
+            wave_run.run.terminate();
+            wave_run.settled = true;
+        }
+        if old.waves != self.plan.waves {
+            self.wave_plan = None;
+        }
+        self.fit(&old);
+    }
+
+    /// Fits the state's clusters and per-wave times to the plan; `old` is the plan the state
+    /// was of (its wave index maps the times).
+    fn fit(&mut self, old: &FleetPlan) {
+        let plan = &self.plan;
+        self.state
+            .clusters
+            .retain(|name, _| plan.clusters.contains_key(name));
+        for name in plan.clusters.keys() {
+            self.state.clusters.entry(name.clone()).or_default();
+        }
+        self.names = self.state.clusters.keys().cloned().collect();
+        self.run_plans
+            .retain(|name, _| plan.clusters.contains_key(name));
+        self.overlaid_for = None;
+        let count = plan.waves.len();
+        let (mut started, mut completed) = (vec![None; count], vec![None; count]);
+        for (i, members) in plan.waves.iter().enumerate() {
+            if let Some(j) = members.iter().find_map(|m| old.wave_index.get(m)).copied() {
+                started[i] = self.state.wave_started_at.get(j).copied().flatten();
+                completed[i] = self.state.wave_completed_at.get(j).copied().flatten();
+            }
+            if members
+                .iter()
+                .any(|m| self.state.clusters[m].status == ClusterStatus::NotStarted)
+            {
+                completed[i] = None;
+            }
+        }
+        let first_open = completed.iter().position(Option::is_none).unwrap_or(count);
+        if first_open != self.state.wave {
+            self.state.bake_started_at = None;
+        }
+        self.state.wave = first_open;
+        self.state.wave_started_at = started;
+        self.state.wave_completed_at = completed;
+        if self.state.phase == FleetPhase::Completed && first_open < count {
+            self.state.phase = FleetPhase::Progressing;
+            self.state.message = format!("wave {} has a cluster to roll out", first_open + 1);
         }
     }
 
@@ -538,6 +618,7 @@ impl FleetMachine {
             cluster.reason.clear();
             cluster.failure = None;
             cluster.aborted_on_error = false;
+            cluster.paused_by_halt = false;
             cluster.runs.clear();
         }
         self.hashes = (
@@ -639,6 +720,7 @@ impl FleetMachine {
                     cluster.reason =
                         format!("paused: the fleet halted ({name} keeps running its analysis)");
                     cluster.pending.push(Command::Pause);
+                    cluster.paused_by_halt = true;
                 }
                 _ => {}
             }
@@ -681,6 +763,10 @@ impl FleetMachine {
                 .and_then(|c| c.runs.get_mut(&outcome.run))
             {
                 run.handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
+                // Assessed at once: the engine decides this tick on the run's verdict with this
+                // measurement in it (a failure arriving as the last step ends aborts the
+                // canary; it must not be promoted first and judged after).
+                run.assess(&plan, now);
             }
         }
         // Both in name order: one merge pass instead of a lookup per cluster.
@@ -719,19 +805,31 @@ impl FleetMachine {
                         self.state.phase = FleetPhase::Progressing;
                     }
                 }
-                FleetCommand::Promote { wave } => {
+                FleetCommand::Promote {
+                    wave,
+                    full,
+                    cluster,
+                } => {
                     let index = wave.map_or(self.state.wave, |w| w.saturating_sub(1));
-                    if index == self.state.wave && self.state.bake_started_at.is_some() {
-                        self.state.bake_started_at = Some(Millis::MIN / 2);
-                    }
-                    if let Some(members) = self.plan.waves.get(index) {
-                        for name in members {
-                            if let Some(cluster) = self.state.clusters.get_mut(name)
-                                && (cluster.status == ClusterStatus::Paused
-                                    || cluster.status == ClusterStatus::Progressing)
-                            {
-                                cluster.pending.push(Command::Promote { full: false });
+                    let members: Vec<&String> = match cluster {
+                        Some(name) => vec![name],
+                        None => {
+                            if index == self.state.wave && self.state.bake_started_at.is_some() {
+                                self.state.bake_started_at = Some(Millis::MIN / 2);
                             }
+                            self.plan
+                                .waves
+                                .get(index)
+                                .map(|m| m.iter().collect())
+                                .unwrap_or_default()
+                        }
+                    };
+                    for name in members {
+                        if let Some(cluster) = self.state.clusters.get_mut(name)
+                            && (cluster.status == ClusterStatus::Paused
+                                || cluster.status == ClusterStatus::Progressing)
+                        {
+                            cluster.pending.push(Command::Promote { full: *full });
                         }
                     }
                 }
@@ -776,6 +874,15 @@ impl FleetMachine {
                         if state.status == ClusterStatus::Held {
                             state.status = ClusterStatus::NotStarted;
                             state.reason.clear();
+                        }
+                        // Paused by the halt mid-update: it goes on where it stood.
+                        if state.paused_by_halt {
+                            state.paused_by_halt = false;
+                            if state.status == ClusterStatus::Paused {
+                                state.pending.push(Command::Resume);
+                                state.status = ClusterStatus::Progressing;
+                                state.reason = "updating".into();
+                            }
                         }
                     }
                     if self.state.phase == FleetPhase::Halted {
@@ -1356,14 +1463,19 @@ impl FleetMachine {
             }
             return;
         }
-        let started = *self.state.bake_started_at.get_or_insert(now);
-        if now - started < self.plan.bake as Millis {
-            return;
+        // A wave passed before, still decided (the fleet came back to an earlier wave a
+        // cluster joined): baked and analysed already.
+        let passed = self.state.wave_completed_at[self.state.wave].is_some();
+        if !passed {
+            let started = *self.state.bake_started_at.get_or_insert(now);
+            if now - started < self.plan.bake as Millis {
+                return;
+            }
+            if !self.wave_analysis(next, now, output) {
+                return;
+            }
+            self.state.wave_completed_at[self.state.wave] = Some(now);
         }
-        if !self.wave_analysis(next, now, output) {
-            return;
-        }
-        self.state.wave_completed_at[self.state.wave] = Some(now);
         self.state.bake_started_at = None;
         self.state.wave += 1;
         if self.state.wave >= self.plan.waves.len() {

@@ -820,7 +820,11 @@ fn promote_skips_the_bake_but_not_the_wave_analysis() {
             sim.step(&[]);
         }
         sim.now += 5_000;
-        sim.step(&[FleetCommand::Promote { wave: None }]);
+        sim.step(&[FleetCommand::Promote {
+            wave: None,
+            full: false,
+            cluster: None,
+        }]);
         sim
     };
     let mut sim = long_bake(Truth::healthy());
@@ -1011,7 +1015,11 @@ fn command_of(code: u8, cluster: &str) -> FleetCommand {
     match code {
         0 => FleetCommand::Pause,
         1 => FleetCommand::Resume,
-        2 => FleetCommand::Promote { wave: None },
+        2 => FleetCommand::Promote {
+            wave: None,
+            full: false,
+            cluster: None,
+        },
         3 => FleetCommand::Abort {
             cluster: Some(cluster.to_owned()),
         },

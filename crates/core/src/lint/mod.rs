@@ -9,6 +9,7 @@ mod analysis;
 mod fleet;
 pub use fleet::waves_of;
 mod rollout;
+mod scenario;
 mod secrets;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -169,7 +170,8 @@ pub fn lint(manifests: &[LoadedManifest], options: Options) -> Vec<Diagnostic> {
             ),
             Manifest::Fleet(f) => fleet::check_fleet(&mut sink, loaded, f),
             Manifest::FleetRollout(f) => fleet::check_fleet_rollout(&index, &mut sink, loaded, f),
-            Manifest::Service(_) | Manifest::Ingress(_) | Manifest::Scenario(_) => {}
+            Manifest::Scenario(s) => scenario::check_scenario(&index, &mut sink, loaded, s),
+            Manifest::Service(_) | Manifest::Ingress(_) => {}
         }
         secrets::check(&mut sink, loaded);
     }

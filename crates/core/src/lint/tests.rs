@@ -1874,7 +1874,127 @@ fn cases() -> Vec<Case> {
             ]),
         ),
     ]);
+
+    // ----- Scenarios (flotilla simulate) -----
+    let scen = |overrides: &[(&str, &str)]| scenario_set(overrides);
+    let events = |list: &str| scenario_set(&[("events", list)]);
+    let canary = |share: &str| {
+        format!(
+            "canary: {{errorRate: 0.01, latency: {{p50: 0.1, p95: 0.2}}, trafficShare: {share}}}"
+        )
+    };
+    cases.extend([
+        case(
+            "scenario/events",
+            E,
+            "spec.events[0].at",
+            events("[{at: 3h, command: pause}]"),
+            events("[{at: 1h, command: pause}]"),
+        ),
+        case(
+            "scenario/events",
+            E,
+            "spec.events[0].cluster",
+            events("[{at: 1m, command: abort, cluster: c9}]"),
+            events("[{at: 1m, command: abort, cluster: c2}]"),
+        ),
+        case(
+            "scenario/events",
+            E,
+            "spec.events[0]",
+            events("[{at: 1m, command: pause, leave: c2}]"),
+            events("[{at: 1m, leave: c2}]"),
+        ),
+        case(
+            "scenario/events",
+            E,
+            "spec.events[0].cluster",
+            events("[{at: 1m, command: retry, cluster: c2}]"),
+            events("[{at: 1m, command: retry}]"),
+        ),
+        case(
+            "scenario/events",
+            E,
+            "spec.events[0].wave",
+            events("[{at: 1m, command: promote, wave: 3}]"),
+            events("[{at: 1m, command: promote, wave: 2}]"),
+        ),
+        case(
+            "scenario/events",
+            E,
+            "spec.events[1].join",
+            events("[{at: 1m, join: c2}, {at: 2m, join: c2}]"),
+            events("[{at: 1m, join: c2}, {at: 2m, leave: c2}]"),
+        ),
+        case(
+            "schema",
+            E,
+            "spec.events[0].command",
+            events("[{at: 1m, command: rollback}]"),
+            events("[{at: 1m, command: undo}]"),
+        ),
+        case(
+            "scenario/traffic",
+            E,
+            "spec.clusters[1].canary.trafficShare",
+            scen(&[("clusters", &scenario_clusters(&canary("1.5")))]),
+            scen(&[("clusters", &scenario_clusters(&canary("0")))]),
+        ),
+        case(
+            "scenario/traffic",
+            E,
+            "spec.clusters[1].name",
+            edit(
+                &scen(&[]),
+                "name: c2, requestsPerSecond",
+                "name: c9, requestsPerSecond",
+            ),
+            scen(&[]),
+        ),
+        case(
+            "scenario/faults",
+            E,
+            "spec.clusters[1].faults[0].to",
+            scen(&[(
+                "clusters",
+                &scenario_clusters("faults: [{kind: unreachable, from: 5m, to: 4m}]"),
+            )]),
+            scen(&[(
+                "clusters",
+                &scenario_clusters(
+                    "faults: [{kind: unreachable, from: {afterClusterStart: 5m}, for: 1m}]",
+                ),
+            )]),
+        ),
+    ]);
     cases
+}
+
+/// The clusters of [`scenario_set`], with `extra` fields on c2.
+fn scenario_clusters(extra: &str) -> String {
+    let profile = "{errorRate: 0.01, latency: {p50: 0.1, p95: 0.2}}";
+    format!(
+        "[{{name: c1, requestsPerSecond: 10, stable: {profile}}}, {{name: c2, requestsPerSecond: 10, stable: {profile}, {extra}}}]"
+    )
+}
+
+/// The base fleet set and a Scenario over it, with Scenario spec overrides.
+fn scenario_set(overrides: &[(&str, &str)]) -> String {
+    let clusters = scenario_clusters("noise: 0.05");
+    docs(&[
+        &fleet_set(&[]),
+        &manifest(
+            FLOTILLA,
+            "Scenario",
+            "s",
+            &[
+                ("previousImage", "app:0"),
+                ("duration", "2h"),
+                ("clusters", &clusters),
+            ],
+            overrides,
+        ),
+    ])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2008,11 +2128,13 @@ fn the_table_covers_every_rule() {
         ("lint/rollout.rs", include_str!("rollout.rs")),
         ("lint/analysis.rs", include_str!("analysis.rs")),
         ("lint/fleet.rs", include_str!("fleet.rs")),
+        ("lint/scenario.rs", include_str!("scenario.rs")),
         ("manifest/mod.rs", include_str!("../manifest/mod.rs")),
     ];
-    let prefixed =
-        Regex::new(r#""((?:argo|analysis|args|ref|fleet|rollout|provider|flotilla)/[a-z-]+)""#)
-            .expect("valid regex");
+    let prefixed = Regex::new(
+        r#""((?:argo|analysis|args|ref|fleet|rollout|provider|flotilla|scenario)/[a-z-]+)""#,
+    )
+    .expect("valid regex");
     // The rule is the first string literal of every call that reports.
     let reported =
         Regex::new(r#"sink\s*\.\s*(?:error|warn|push)\(\s*[^"]*?"([^"]*)""#).expect("valid regex");
@@ -2022,7 +2144,7 @@ fn the_table_covers_every_rule() {
             in_sources.extend(re.captures_iter(source).map(|c| c[1].to_owned()));
         }
     }
-    let loader = sources[4].1;
+    let loader = sources[5].1;
     for rule in LOADER_RULES {
         assert!(
             loader.contains(&format!("\"{rule}\"")),

@@ -2,6 +2,7 @@
 //! against synthetic traffic, aggregated per time bucket (never per request), so that large
 //! fleets stay cheap. `builtin` metrics read the synthetic traffic, so templates run unchanged.
 
+mod driver;
 mod traffic;
 
 use std::collections::BTreeMap;
@@ -9,21 +10,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::{MetricResult, Millis, Outcome};
-use crate::fleet::{
-    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetMachine,
-    FleetPhase, FleetPlan, Revisions,
-};
-use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights};
 use crate::spec::analysis::{AnalysisTemplate, TrafficSubset};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 pub use crate::spec::scenario::*;
 
+pub use driver::TickView;
 pub use traffic::{Bucket, Rng};
-
-/// History kept beyond the longest reference a metric reads (runs older than this read a
-/// truncated history).
-const REFERENCE_HISTORY_MS: u64 = 2 * 3_600_000;
 
 /// Everything a simulation needs, as found in the scenario file.
 #[derive(Debug, Clone)]
@@ -49,8 +42,24 @@ pub struct Report {
     pub message: String,
     /// The waves.
     pub waves: Vec<WaveReport>,
-    /// The clusters.
+    /// The clusters (those that left the Fleet last, with outcome `Left`).
     pub clusters: Vec<ClusterReport>,
+    /// The scenario's events, as they were applied.
+    pub events: Vec<EventReport>,
+}
+
+/// One applied event of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventReport {
+    /// When it was due (s of virtual time).
+    pub at: f64,
+    /// The tick it was applied at (s).
+    pub applied_at: f64,
+    /// `revision`, `command`, `join` or `leave`.
+    pub kind: String,
+    /// What it did.
+    pub message: String,
 }
 
 /// One wave of a [`Report`].
@@ -75,7 +84,7 @@ pub struct ClusterReport {
     pub name: String,
     /// 1-based wave.
     pub wave: usize,
-    /// `Promoted`, `RolledBack`, `Paused`, `Held`, `NotStarted` or `Skipped`.
+    /// `Promoted`, `RolledBack`, `Paused`, `Held`, `NotStarted`, `Skipped`, `Pinned` or `Left`.
     pub outcome: String,
     /// When it started the new version (s), or null.
     pub started_at: Option<f64>,
@@ -89,6 +98,8 @@ pub struct ClusterReport {
     pub bad_requests: u64,
     /// Requests the new version served.
     pub new_requests: u64,
+    /// The image its stable runs at the end.
+    pub image: Option<String>,
 }
 
 /// A failure of a [`ClusterReport`].
@@ -109,18 +120,6 @@ pub struct SimulationError(pub String);
 
 fn seconds(ms: Option<Millis>) -> Option<f64> {
     ms.map(|m| m as f64 / 1000.0)
-}
-
-/// One simulated cluster (what it reports lives in the observations, kept from tick to tick).
-struct World<'a> {
-    profile: &'a ScenarioCluster,
-    rng: Rng,
-    weights: Weights,
-    stable_revision: Option<RevisionNumber>,
-    new_revisions: Vec<RevisionNumber>,
-    buckets: traffic::Series,
-    bad_requests: f64,
-    new_requests: f64,
 }
 
 /// Answers one plain `builtin` read from the synthetic traffic of `series`, over the window
@@ -196,7 +195,7 @@ fn reach(templates: &[AnalysisTemplate]) -> (u64, u64) {
 
 /// Runs one simulation with a seed.
 pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
-    run_observed(inputs, seed, |_| {})
+    driver::simulate(inputs, seed, &mut |_| {})
 }
 
 /// [`run`], calling `observe` with the virtual time after every tick (benchmarks time ticks
@@ -206,334 +205,17 @@ pub fn run_observed(
     seed: u64,
     mut observe: impl FnMut(Millis),
 ) -> Result<Report, SimulationError> {
-    let spec = &inputs.scenario.spec;
-    let plan = FleetPlan::resolve(&inputs.fleet, &inputs.fleet_rollout, &inputs.templates)
-        .map_err(|e| SimulationError(e.0))?;
-    let mut previous = inputs.rollout.clone();
-    let container = previous
-        .spec
-        .template
-        .as_mut()
-        .and_then(|t| t.spec.as_mut())
-        .and_then(|s| s.containers.first_mut())
-        .ok_or_else(|| SimulationError("the Rollout has no container".into()))?;
-    container.image = Some(spec.previous_image.clone());
-    let next = inputs.rollout.clone();
-    let revisions = Revisions {
-        previous: &previous,
-        next: &next,
-    };
-    let new_hash = crate::rollout::template_hash(&next);
-    let tick = spec
-        .tick
-        .as_ref()
-        .and_then(|d| d.as_millis())
-        .unwrap_or(10_000)
-        .max(1000) as Millis;
-    let duration = spec
-        .duration
-        .as_ref()
-        .and_then(|d| d.as_millis())
-        .unwrap_or(12 * 3_600_000) as Millis;
-    let profiles: BTreeMap<String, &ScenarioCluster> =
-        spec.clusters.iter().map(|c| (c.name.clone(), c)).collect();
-    for name in plan.clusters.keys() {
-        if !profiles.contains_key(name) {
-            return Err(SimulationError(format!(
-                "the scenario gives no traffic for cluster {name:?}"
-            )));
-        }
-    }
-    // The longest window any metric reads bounds the traffic history kept; a metric that reads
-    // before its run's start (a reference window, a sequential test) keeps two hours more, and
-    // the traffic before the rollout is simulated for that long.
-    let (window, reference) = reach(&inputs.templates);
-    let (window, warmup) = if reference > 0 {
-        let history = window.max(reference) + REFERENCE_HISTORY_MS;
-        (history, window.max(reference) as Millis)
-    } else {
-        (window, 0)
-    };
-    let keep = (window as Millis / tick + 2) as usize;
-    let mut machine = FleetMachine::new(plan.clone(), &revisions, None);
-    let mut worlds: BTreeMap<String, World> = plan
-        .clusters
-        .keys()
-        .enumerate()
-        .map(|(i, name)| {
-            (
-                name.clone(),
-                World {
-                    profile: profiles[name],
-                    rng: Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1)),
-                    weights: Weights {
-                        canary: 0,
-                        stable: 100,
-                    },
-                    stable_revision: None,
-                    new_revisions: Vec::new(),
-                    buckets: traffic::Series::new(keep),
-                    bad_requests: 0.0,
-                    new_requests: 0.0,
-                },
-            )
-        })
-        .collect();
-    // What each cluster reports, updated in place as actions apply (never rebuilt).
-    let mut observations: BTreeMap<String, ClusterObservation> = worlds
-        .iter()
-        .map(|(name, world)| {
-            let observed = Observed {
-                replicas: BTreeMap::new(),
-                weights: Some(world.weights),
-                analysis: BTreeMap::new(),
-            };
-            let reachable = true;
-            (
-                name.clone(),
-                ClusterObservation {
-                    reachable,
-                    observed,
-                    diverged: false,
-                },
-            )
-        })
-        .collect();
-    let fault_active = |cluster: &ScenarioCluster, kind: FaultKind, now: Millis| {
-        cluster.faults.iter().any(|f| {
-            f.kind == kind
-                && now >= f.from.as_millis().unwrap_or(0) as Millis
-                && now < f.to.as_millis().unwrap_or(0) as Millis
-        })
-    };
-    // The stable version's traffic before the rollout, for the metrics that read a reference.
-    let mut at = -warmup;
-    while at < 0 {
-        for world in worlds.values_mut() {
-            let profile = world.profile;
-            let total = profile.requests_per_second * tick as f64 / 1000.0;
-            let noise = profile.noise.unwrap_or(0.05);
-            let stable = Bucket::generate(total, &profile.stable, noise, &mut world.rng);
-            world.buckets.push(at, stable, Bucket::default());
-        }
-        at += tick;
-    }
-    let mut pending: Vec<ClusterMeasurement> = Vec::new();
-    let mut now: Millis = 0;
-    loop {
-        // Answer last tick's measurements from the traffic seen since.
-        let outcomes: Vec<ClusterOutcome> = std::mem::take(&mut pending)
-            .into_iter()
-            .map(|m| {
-                // A cluster's run reads its own traffic; a wave-level analysis reads the wave's
-                // validated clusters' traffic as one.
-                let (single, wave_members): ([&String; 1], Vec<&String>);
-                let members: &[&String] = match m.wave() {
-                    Some(wave) => {
-                        wave_members = plan.waves[wave]
-                            .iter()
-                            .filter(|c| {
-                                machine.state.clusters[*c].status == ClusterStatus::Validated
-                            })
-                            .collect();
-                        &wave_members
-                    }
-                    None => {
-                        single = [&m.cluster];
-                        &single
-                    }
-                };
-                let outage = members
-                    .iter()
-                    .find(|c| fault_active(profiles[c.as_str()], FaultKind::MetricsOutage, now));
-                let outcome = if let Some(cluster) = outage {
-                    Outcome::Error(format!(
-                        "metrics provider of {cluster} unreachable (simulated outage)"
-                    ))
-                } else {
-                    // Answered one tick after it was asked: a read of "now" reads the traffic
-                    // seen since; a read of a past window (a reference) reads that window.
-                    let shift = now - m.request.at;
-                    let answer = |read: &crate::analysis::MeasureRequest| {
-                        let at = if read.at == m.request.at {
-                            read.at + shift
-                        } else {
-                            read.at
-                        };
-                        builtin_read(
-                            read,
-                            at,
-                            members.iter().map(|c| &worlds[c.as_str()].buckets),
-                        )
-                    };
-                    match crate::analysis::compare::reads(&m.request) {
-                        None => answer(&m.request),
-                        Some(reads) => crate::analysis::compare::decide(
-                            &m.request,
-                            reads.iter().map(answer).collect(),
-                        ),
-                    }
-                };
-                ClusterOutcome {
-                    cluster: m.cluster,
-                    run: m.run,
-                    metric_index: m.request.metric_index,
-                    outcome,
-                }
-            })
-            .collect();
-        for (observation, world) in observations.values_mut().zip(worlds.values()) {
-            observation.reachable = !fault_active(world.profile, FaultKind::Unreachable, now);
-        }
-        let output = machine.tick(&revisions, &observations, outcomes, &[], now);
-        for (cluster, action) in output.actions {
-            if !observations[&cluster].reachable {
-                continue;
-            }
-            let world = worlds.get_mut(&cluster).expect("known cluster");
-            let observed = &mut observations
-                .get_mut(&cluster)
-                .expect("known cluster")
-                .observed;
-            match action {
-                Action::Scale {
-                    revision,
-                    hash,
-                    replicas,
-                } => {
-                    let counts = ReplicaCounts {
-                        replicas,
-                        ready: replicas,
-                        available: replicas,
-                    };
-                    observed.replicas.insert(revision, counts);
-                    if hash == new_hash && !world.new_revisions.contains(&revision) {
-                        world.new_revisions.push(revision);
-                    }
-                }
-                Action::SetWeight { canary, stable } => {
-                    world.weights = Weights { canary, stable };
-                    observed.weights = Some(world.weights);
-                }
-                Action::MarkStable { revision } => world.stable_revision = Some(revision),
-                _ => {}
-            }
-        }
-        pending = output.measurements;
-        // Traffic for the next bucket.
-        for world in worlds.values_mut() {
-            let profile = world.profile;
-            let rng = &mut world.rng;
-            let canary_profile = profile.canary.unwrap_or(profile.stable);
-            let stable_is_new = world
-                .stable_revision
-                .is_some_and(|s| world.new_revisions.contains(&s));
-            let canary_share = f64::from(world.weights.canary)
-                / f64::from((world.weights.canary + world.weights.stable).max(1));
-            let total = profile.requests_per_second * tick as f64 / 1000.0;
-            let objective = profile.latency_objective.or(spec.latency_objective);
-            let noise = profile.noise.unwrap_or(0.05);
-            let (stable_behaviour, canary_behaviour) = if stable_is_new {
-                (canary_profile, canary_profile)
-            } else {
-                (profile.stable, canary_profile)
-            };
-            let stable_bucket =
-                Bucket::generate(total * (1.0 - canary_share), &stable_behaviour, noise, rng);
-            let canary_bucket =
-                Bucket::generate(total * canary_share, &canary_behaviour, noise, rng);
-            // Bad requests of the new version: wherever it serves traffic.
-            let new_buckets: Vec<&Bucket> = if stable_is_new {
-                vec![&stable_bucket, &canary_bucket]
-            } else {
-                vec![&canary_bucket]
-            };
-            for bucket in new_buckets {
-                world.bad_requests += bucket.bad_requests(objective);
-                world.new_requests += f64::from(bucket.requests);
-            }
-            world.buckets.push(now, stable_bucket, canary_bucket);
-        }
-        // Done when the fleet reached a final phase and nothing is still moving toward it (a
-        // rolled-back cluster's traffic is back on its stable; paused clusters stay as they are).
-        let finished = matches!(
-            machine.state.phase,
-            FleetPhase::Completed | FleetPhase::Halted | FleetPhase::Aborted
-        ) && machine
-            .state
-            .clusters
-            .values()
-            .all(|c| c.status != ClusterStatus::Progressing)
-            && machine.state.clusters.iter().all(|(name, c)| {
-                c.status != ClusterStatus::RolledBack || worlds[name].weights.canary == 0
-            });
-        observe(now);
-        if finished || now >= duration {
-            break;
-        }
-        now += tick;
-    }
-    let state = &machine.state;
-    let outcome = match state.phase {
-        FleetPhase::Completed => "Completed",
-        FleetPhase::Halted => "Halted",
-        FleetPhase::Aborted => "Aborted",
-        _ => "Incomplete",
-    };
-    let waves = plan
-        .waves
-        .iter()
-        .enumerate()
-        .map(|(i, clusters)| WaveReport {
-            index: i + 1,
-            clusters: clusters.clone(),
-            started_at: seconds(state.wave_started_at[i]),
-            completed_at: seconds(state.wave_completed_at[i]),
-        })
-        .collect();
-    let clusters = plan
-        .waves
-        .iter()
-        .enumerate()
-        .flat_map(|(i, members)| members.iter().map(move |c| (i, c)))
-        .map(|(wave, name)| {
-            let cluster = &state.clusters[name];
-            let outcome = match cluster.status {
-                ClusterStatus::Validated => "Promoted",
-                ClusterStatus::RolledBack => "RolledBack",
-                ClusterStatus::Paused | ClusterStatus::Progressing => "Paused",
-                ClusterStatus::Held => "Held",
-                ClusterStatus::NotStarted => "NotStarted",
-                ClusterStatus::Skipped => "Skipped",
-                ClusterStatus::Pinned => "Pinned",
-            };
-            ClusterReport {
-                name: name.clone(),
-                wave: wave + 1,
-                outcome: outcome.into(),
-                started_at: seconds(cluster.started_at),
-                decided_at: seconds(cluster.decided_at),
-                reason: cluster.reason.clone(),
-                failure: cluster.failure.as_ref().map(|f| FailureReport {
-                    metric: f.metric.clone(),
-                    value: f.value.clone(),
-                    message: f.message.clone(),
-                }),
-                bad_requests: worlds[name].bad_requests.round() as u64,
-                new_requests: worlds[name].new_requests.round() as u64,
-            }
-        })
-        .collect();
-    Ok(Report {
-        outcome: outcome.into(),
-        message: if outcome == "Incomplete" {
-            format!("the simulated time ({} s) ran out first", duration / 1000)
-        } else {
-            state.message.clone()
-        },
-        waves,
-        clusters,
-    })
+    driver::simulate(inputs, seed, &mut |view| observe(view.now))
+}
+
+/// [`run`], showing `observe` every tick: the actions, the fleet's state and the events
+/// applied (tests check the machine's invariants with it).
+pub fn run_with(
+    inputs: &Inputs,
+    seed: u64,
+    mut observe: impl FnMut(&TickView<'_>),
+) -> Result<Report, SimulationError> {
+    driver::simulate(inputs, seed, &mut observe)
 }
 
 /// Aggregates of repeated runs over consecutive seeds.
@@ -662,6 +344,9 @@ impl Inputs {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod timeline_tests;
 
 /// How one judge (an AnalysisTemplate standing in for the Rollout's background analysis) did
 /// over repeated runs of a scenario: its false rollbacks of healthy clusters and its detections

@@ -33,6 +33,17 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// The image of the pod template's first container (what Flotilla calls the Rollout's
+    /// version), if it has one.
+    pub fn first_image(&self) -> Option<&str> {
+        self.spec
+            .template
+            .as_ref()
+            .and_then(|t| t.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.as_deref())
+    }
+
     /// Every analysis template the Rollout references (steps, background, experiments'
     /// analyses, blue-green's pre- and post-promotion analyses).
     pub fn analysis_template_refs(&self) -> Vec<AnalysisTemplateRef> {

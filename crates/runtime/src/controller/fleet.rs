@@ -19,9 +19,7 @@ use flotilla_core::fleet::{
     FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
-use flotilla_core::rollout::{
-    Action, AnalysisSlot, Command, Observed, RolloutState, template_hash,
-};
+use flotilla_core::rollout::{Action, AnalysisSlot, Observed, RolloutState, template_hash};
 use flotilla_core::spec::rollout::Rollout;
 use flotilla_providers::Providers;
 use tokio::sync::{Semaphore, mpsc};
@@ -232,14 +230,7 @@ fn with_tag(image: &str, version: &str) -> String {
 }
 
 fn first_image(rollout: &Rollout) -> String {
-    rollout
-        .spec
-        .template
-        .as_ref()
-        .and_then(|t| t.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default()
+    rollout.first_image().unwrap_or_default().to_owned()
 }
 
 fn with_image(rollout: &Rollout, container: Option<&str>, image: &str) -> Result<Rollout, String> {
@@ -320,6 +311,16 @@ impl FleetController {
         // The last valid desired state is kept: the fleet runs it while its manifests are
         // invalid (per-fleet isolation), also after a restart.
         record.desired = Some(Box::new(desired.clone()));
+        // A cluster new to the plan since the record was written is adopted from what it
+        // runs, as at a first start (the machine fits its state to the plan).
+        if resumed {
+            for cluster in plan.clusters.keys() {
+                if !record.state.clusters.contains_key(cluster) {
+                    record.adopting.insert(cluster.clone());
+                }
+            }
+        }
+        record.adopting.retain(|c| plan.clusters.contains_key(c));
         let mut machine = {
             let revisions = Revisions {
                 previous: &record.previous,
@@ -339,19 +340,6 @@ impl FleetController {
             machine.remember(spec);
             versions.insert(template_hash(spec), image_version(&first_image(spec)));
         }
-        // Clusters added to or removed from the plan since the record was written.
-        machine
-            .state
-            .clusters
-            .retain(|name, _| plan.clusters.contains_key(name));
-        // A cluster new to the plan is adopted from what it runs, as at a first start.
-        for cluster in plan.clusters.keys() {
-            if !machine.state.clusters.contains_key(cluster) {
-                record.adopting.insert(cluster.clone());
-            }
-            machine.state.clusters.entry(cluster.clone()).or_default();
-        }
-        record.adopting.retain(|c| plan.clusters.contains_key(c));
         // Measurements in flight when the previous process died are taken again.
         for cluster in machine.state.clusters.values_mut() {
             for run in cluster.runs.values_mut() {
@@ -876,27 +864,11 @@ impl FleetController {
                     });
                 }
                 OperatorCommand::Promote { wave, full } => {
-                    if *full {
-                        let index = wave.map_or(self.machine.state.wave, |w| w.saturating_sub(1));
-                        let members = self
-                            .machine
-                            .plan
-                            .waves
-                            .get(index)
-                            .cloned()
-                            .unwrap_or_default();
-                        for member in members {
-                            if let Some(c) = self.machine.state.clusters.get_mut(&member)
-                                && matches!(
-                                    c.status,
-                                    ClusterStatus::Progressing | ClusterStatus::Paused
-                                )
-                            {
-                                c.pending.push(Command::Promote { full: true });
-                            }
-                        }
-                    }
-                    fleet_commands.push(FleetCommand::Promote { wave: *wave });
+                    fleet_commands.push(FleetCommand::Promote {
+                        wave: *wave,
+                        full: *full,
+                        cluster: None,
+                    });
                 }
                 OperatorCommand::SetImage { container, image } => {
                     match with_image(&self.record.next, container.as_deref(), image) {
@@ -1875,11 +1847,25 @@ mod tests {
         stored.adopting.clear();
         stored.state.clusters.remove("prod-ap-south");
         stored.adopting.insert("gone-cluster".into());
+        // The stored state is of another plan: a cluster the Fleet no longer has, fewer waves.
+        stored
+            .state
+            .clusters
+            .insert("gone-cluster".into(), ClusterState::default());
+        stored.state.wave_started_at.truncate(1);
+        stored.state.wave_completed_at.truncate(1);
         let resumed = super::FleetController::new(&desired, Some(stored), &wiring).unwrap();
         assert_eq!(
             resumed.record.adopting.iter().collect::<Vec<_>>(),
             ["prod-ap-south"]
         );
+        // The machine is fitted to the plan: a tick would not index a missing wave or cluster.
+        let state = &resumed.machine.state;
+        assert!(!state.clusters.contains_key("gone-cluster"));
+        assert!(state.clusters.contains_key("prod-ap-south"));
+        let waves = resumed.machine.plan.waves.len();
+        assert_eq!(state.wave_started_at.len(), waves);
+        assert_eq!(state.wave_completed_at.len(), waves);
     }
 
     #[test]

@@ -451,9 +451,7 @@ fn revert_files(
             .filter(|m| {
                 matches!(&m.manifest, Manifest::Rollout(r)
                     if r.metadata.name.as_deref() == Some(rollout)
-                        && r.spec.template.as_ref().and_then(|t| t.spec.as_ref())
-                            .and_then(|s| s.containers.first())
-                            .and_then(|c| c.image.as_deref()) == Some(bad_image))
+                        && r.first_image() == Some(bad_image))
             })
             .filter_map(|m| m.locations.get(IMAGE).map(|l| l.line as usize))
             .collect();

@@ -309,6 +309,8 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                     match fleet.phase.as_str() {
                         "Completed" => return Ok(ExitCode::SUCCESS),
                         "Halted" | "Aborted" => return Ok(ExitCode::from(1)),
+                        // A skip is final, and no success.
+                        "CompletedWithSkips" => return Ok(ExitCode::from(4)),
                         _ => {}
                     }
                     if Instant::now() >= deadline {
@@ -359,7 +361,11 @@ async fn watch_fleet(client: &ApiClient, name: &str, output: Output) -> anyhow::
             }
             last = text;
         }
-        if matches!(fleet.phase.as_str(), "Completed" | "Halted" | "Aborted") && !terminal {
+        if matches!(
+            fleet.phase.as_str(),
+            "Completed" | "CompletedWithSkips" | "Halted" | "Aborted"
+        ) && !terminal
+        {
             return Ok(ExitCode::SUCCESS);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

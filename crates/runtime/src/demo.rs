@@ -298,9 +298,11 @@ pub fn judge(scenario: Scenario, view: &FleetView) -> (bool, &'static str) {
 
 /// Whether the fleet reached a final phase and nothing is still moving toward it.
 pub fn settled(view: &FleetView) -> bool {
-    matches!(view.phase.as_str(), "Completed" | "Halted" | "Aborted")
-        && view.waves.iter().flat_map(|w| w.clusters.iter()).all(|c| {
-            c.status != "Progressing"
-                && (c.status != "RolledBack" || c.weights.is_some_and(|(canary, _)| canary == 0))
-        })
+    matches!(
+        view.phase.as_str(),
+        "Completed" | "CompletedWithSkips" | "Halted" | "Aborted"
+    ) && view.waves.iter().flat_map(|w| w.clusters.iter()).all(|c| {
+        c.status != "Progressing"
+            && (c.status != "RolledBack" || c.weights.is_some_and(|(canary, _)| canary == 0))
+    })
 }

@@ -97,6 +97,28 @@ pub struct MetricPlan {
 }
 
 impl MetricPlan {
+    /// How long (ms) a measurement with evidence stays current: the interval plus the
+    /// provider's timeout (Prometheus `timeout`, default 30 s; web `timeoutSeconds`, default
+    /// 10 s; a provider's own `timeout` where it has one), or twice the interval for a provider
+    /// with no timeout. None for a metric with no interval (measured once: its measurement is
+    /// its evidence).
+    pub fn fresh_for(&self) -> Option<u64> {
+        let interval = self.interval?;
+        let p = &*self.provider;
+        let seconds =
+            |t: Option<i64>, default: Option<i64>| t.or(default).map(|s| s.max(0) as u64 * 1000);
+        let timeout = if let Some(prometheus) = &p.prometheus {
+            seconds(prometheus.timeout, Some(30))
+        } else if let Some(web) = &p.web {
+            seconds(web.timeout_seconds, Some(10))
+        } else if let Some(new_relic) = &p.new_relic {
+            seconds(new_relic.timeout, None)
+        } else {
+            None
+        };
+        Some(interval + timeout.unwrap_or(interval))
+    }
+
     /// Argo's effective count: no (or zero) count and no interval → 1; interval only → none
     /// (runs until terminated); otherwise the count.
     pub fn effective_count(&self) -> Option<i64> {

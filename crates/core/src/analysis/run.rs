@@ -650,8 +650,8 @@ impl Run {
 
     /// Why the run, still measuring, has no current evidence at `now`, if it has none: a wet
     /// metric still measuring whose latest measurement with evidence (Successful, or Failed
-    /// within its failureLimit) finished longer ago than its interval and as much again for the
-    /// provider to answer, or that never had one. A completed run, and a completed metric, is the
+    /// within its failureLimit) finished longer ago than [`MetricPlan::fresh_for`] (its interval
+    /// plus its provider's timeout), or that never had one. A completed run, and a completed metric, is the
     /// evidence of its own (it is not re-checked).
     pub fn stale(&self, plan: &RunPlan, now: Millis) -> Option<String> {
         if self.is_completed() {
@@ -661,9 +661,7 @@ impl Run {
             if metric.dry_run || is_completed(state.phase) {
                 continue;
             }
-            let fresh_for = metric
-                .interval
-                .map_or(Millis::MAX, |i| (i as Millis).saturating_mul(2));
+            let fresh_for = metric.fresh_for().map_or(Millis::MAX, |ms| ms as Millis);
             let latest = state.measurements.iter().rev().find(|m| {
                 m.evidence
                     && matches!(m.phase, AnalysisPhase::Successful | AnalysisPhase::Failed)

@@ -13,7 +13,8 @@ use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
 use crate::analysis::{MeasureRequest, Millis, Outcome};
 use crate::rollout::{
-    self, Action, AnalysisSlot, Command, Observed, Phase, RolloutState, RunKey, RunReport,
+    self, Action, AnalysisSlot, Command, Observed, PauseReason, Phase, RolloutState, RunKey,
+    RunReport,
 };
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
 use crate::spec::fleet::{RollbackScope, UnreachableAction};
@@ -102,10 +103,29 @@ pub struct ClusterState {
     /// durable change; the wave waits for `retry` instead of counting it decided.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub aborted_on_error: bool,
-    /// It was progressing when the fleet halted, and the halt paused it (its analysis goes on):
-    /// `retry` resumes it.
+    /// Why it is Paused, when it is: what a human decides, and what continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_for: Option<PausedFor>,
+    /// An operator promoted it while it was Paused for want of a verdict (inconclusive, no
+    /// evidence, evidence that never came): accepted without one on this attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub paused_by_halt: bool,
+    pub accepted: bool,
+}
+
+/// Why a cluster is Paused (its `reason` says it in words, with the commands that continue it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PausedFor {
+    /// It was progressing when the fleet halted; its analysis goes on; `retry` resumes it.
+    Halt,
+    /// Its promotion waits for current evidence (`EvidenceTimeout` past the progress deadline);
+    /// it goes on when a fresh measurement arrives.
+    Evidence,
+    /// An analysis run was Inconclusive: `promote` accepts, `abort` rolls back.
+    Inconclusive,
+    /// Healthy on the new revision, but a run passed without evidence (or there is no
+    /// analysis): `promote` accepts, `abort` rolls back.
+    NoEvidence,
 }
 
 /// The fleet machine's state: serializable, restored as is.
@@ -135,6 +155,23 @@ pub struct FleetState {
     /// The wave-level analysis (`waveAnalysis`) of the latest wave that ran one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_run: Option<WaveRun>,
+}
+
+impl FleetState {
+    /// The phase as reported (`get fleet`, the API, `flotilla simulate`): the phase's name,
+    /// except that a fleet Completed with skipped clusters is `CompletedWithSkips` (a skip is
+    /// final and no success).
+    pub fn outcome(&self) -> String {
+        if self.phase == FleetPhase::Completed
+            && self
+                .clusters
+                .values()
+                .any(|c| c.status == ClusterStatus::Skipped)
+        {
+            return "CompletedWithSkips".into();
+        }
+        format!("{:?}", self.phase)
+    }
 }
 
 /// A wave-level analysis run: one per wave, started once every cluster of the wave is decided
@@ -393,10 +430,26 @@ impl FleetMachine {
                 started[i] = self.state.wave_started_at.get(j).copied().flatten();
                 completed[i] = self.state.wave_completed_at.get(j).copied().flatten();
             }
-            if members
-                .iter()
-                .any(|m| self.state.clusters[m].status == ClusterStatus::NotStarted)
-            {
+        }
+        self.state.wave_started_at = started;
+        self.state.wave_completed_at = completed;
+        self.reopen_waves();
+    }
+
+    /// A wave with a member that has not started is not complete: the fleet's wave is the first
+    /// wave not complete (a cluster that joined or was retried in a wave the fleet passed takes
+    /// it back there), and a completed fleet with such a wave progresses again.
+    fn reopen_waves(&mut self) {
+        let count = self.plan.waves.len();
+        let mut completed = std::mem::take(&mut self.state.wave_completed_at);
+        completed.resize(count, None);
+        for (i, members) in self.plan.waves.iter().enumerate() {
+            if members.iter().any(|m| {
+                self.state
+                    .clusters
+                    .get(m)
+                    .is_some_and(|c| c.status == ClusterStatus::NotStarted)
+            }) {
                 completed[i] = None;
             }
         }
@@ -405,8 +458,8 @@ impl FleetMachine {
             self.state.bake_started_at = None;
         }
         self.state.wave = first_open;
-        self.state.wave_started_at = started;
         self.state.wave_completed_at = completed;
+        self.state.wave_started_at.resize(count, None);
         if self.state.phase == FleetPhase::Completed && first_open < count {
             self.state.phase = FleetPhase::Progressing;
             self.state.message = format!("wave {} has a cluster to roll out", first_open + 1);
@@ -618,7 +671,8 @@ impl FleetMachine {
             cluster.reason.clear();
             cluster.failure = None;
             cluster.aborted_on_error = false;
-            cluster.paused_by_halt = false;
+            cluster.paused_for = None;
+            cluster.accepted = false;
             cluster.runs.clear();
         }
         self.hashes = (
@@ -703,6 +757,46 @@ impl FleetMachine {
         (SpecRef::Borrowed(revisions.previous), self.hashes.0.clone())
     }
 
+    /// Says why clusters aborted on an analysis error: clusters whose metrics come from one
+    /// provider address and erred together are one `MetricsProviderDown` condition naming the
+    /// provider, not one failure each.
+    fn errored_message(&self, errored: &[&str]) -> String {
+        let mut by_provider: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut alone = Vec::new();
+        for name in errored {
+            match self
+                .plan
+                .clusters
+                .get(*name)
+                .and_then(|c| c.metrics_address.as_deref())
+            {
+                Some(address) => by_provider.entry(address).or_default().push(name),
+                None => alone.push(*name),
+            }
+        }
+        let mut parts = Vec::new();
+        for (address, mut clusters) in by_provider {
+            clusters.sort_unstable();
+            if clusters.len() > 1 {
+                parts.push(format!(
+                    "MetricsProviderDown: the metrics provider {address} failed for {}",
+                    clusters.join(", ")
+                ));
+            } else {
+                alone.extend(clusters);
+            }
+        }
+        if !alone.is_empty() {
+            alone.sort_unstable();
+            parts.push(format!("{} aborted on an analysis error", alone.join(", ")));
+        }
+        format!(
+            "{}; an error is no verdict on the version: retry starts {} again",
+            parts.join("; "),
+            if errored.len() == 1 { "it" } else { "them" }
+        )
+    }
+
     fn halt(&mut self, message: String) {
         if matches!(self.state.phase, FleetPhase::Halted | FleetPhase::Aborted) {
             return;
@@ -720,7 +814,7 @@ impl FleetMachine {
                     cluster.reason =
                         format!("paused: the fleet halted ({name} keeps running its analysis)");
                     cluster.pending.push(Command::Pause);
-                    cluster.paused_by_halt = true;
+                    cluster.paused_for = Some(PausedFor::Halt);
                 }
                 _ => {}
             }
@@ -829,7 +923,23 @@ impl FleetMachine {
                             && (cluster.status == ClusterStatus::Paused
                                 || cluster.status == ClusterStatus::Progressing)
                         {
-                            cluster.pending.push(Command::Promote { full: *full });
+                            // A human's promote of a cluster waiting for a verdict accepts it:
+                            // the evidence hold is passed, an inconclusive or evidence-less
+                            // run no longer stops its validation.
+                            let waiting = cluster.status == ClusterStatus::Paused
+                                && matches!(
+                                    cluster.paused_for,
+                                    Some(
+                                        PausedFor::Evidence
+                                            | PausedFor::Inconclusive
+                                            | PausedFor::NoEvidence
+                                    )
+                                );
+                            if waiting {
+                                cluster.accepted = true;
+                            }
+                            let full = *full || cluster.paused_for == Some(PausedFor::Evidence);
+                            cluster.pending.push(Command::Promote { full });
                         }
                     }
                 }
@@ -876,19 +986,29 @@ impl FleetMachine {
                             state.reason.clear();
                         }
                         // Paused by the halt mid-update: it goes on where it stood.
-                        if state.paused_by_halt {
-                            state.paused_by_halt = false;
+                        if state.paused_for == Some(PausedFor::Halt) {
+                            state.paused_for = None;
                             if state.status == ClusterStatus::Paused {
                                 state.pending.push(Command::Resume);
                                 state.status = ClusterStatus::Progressing;
                                 state.reason = "updating".into();
                             }
                         }
+                        // Skipped (unreachable past the timeout, its canary aborted): rolled
+                        // forward again; a skip is no rejection.
+                        if state.status == ClusterStatus::Skipped {
+                            state.status = ClusterStatus::NotStarted;
+                            state.failure = None;
+                            state.reason = "retrying".into();
+                            state.runs.clear();
+                        }
                     }
                     if self.state.phase == FleetPhase::Halted {
                         self.state.phase = FleetPhase::Progressing;
                         self.state.message = "retrying the failed clusters".into();
                     }
+                    // A retried cluster of a wave the fleet passed takes it back there.
+                    self.reopen_waves();
                 }
             }
         }
@@ -935,6 +1055,8 @@ impl FleetMachine {
             cluster.on_new_spec = true;
             cluster.started_at = Some(now);
             cluster.reason = "updating".into();
+            cluster.accepted = false;
+            cluster.paused_for = None;
             progressing += 1;
             if state.wave_started_at[state.wave].is_none() {
                 state.wave_started_at[state.wave] = Some(now);
@@ -970,8 +1092,16 @@ impl FleetMachine {
                     UnreachableAction::Skip => {
                         cluster.status = ClusterStatus::Skipped;
                         cluster.decided_at = Some(now);
-                        cluster.reason =
-                            format!("skipped: unreachable for {} s", (now - since) / 1000);
+                        cluster.paused_for = None;
+                        cluster.reason = format!(
+                            "skipped: unreachable for {} s; when it answers again its traffic returns to its stable, and retry rolls it forward",
+                            (now - since) / 1000
+                        );
+                        // Whatever it was doing does not go on unjudged when it answers again:
+                        // its canary is aborted then (Skipped is final, and no success).
+                        if cluster.on_new_spec {
+                            cluster.pending.push(Command::Abort);
+                        }
                     }
                     UnreachableAction::Halt => {
                         let message =
@@ -1095,7 +1225,7 @@ impl FleetMachine {
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
-            ClusterStatus::RolledBack => {
+            ClusterStatus::RolledBack | ClusterStatus::Skipped => {
                 // Keep returning it to the previous spec once its abort has taken effect.
                 if cluster.on_new_spec && cluster.rollout.abort {
                     cluster.on_new_spec = false;
@@ -1109,17 +1239,32 @@ impl FleetMachine {
             let failure = cluster.runs.values().find_map(run_failure);
             // An analysis that errored (and none that failed) is no verdict on the version: the
             // canary is aborted, but nothing is rejected and the failure budget is untouched.
-            let errored = cluster
+            let failed = cluster
                 .runs
                 .values()
-                .any(|r| r.phase == AnalysisPhase::Error)
-                && !cluster
+                .any(|r| r.phase == AnalysisPhase::Failed);
+            let errored = !failed
+                && cluster
                     .runs
                     .values()
-                    .any(|r| r.phase == AnalysisPhase::Failed);
+                    .any(|r| r.phase == AnalysisPhase::Error);
+            // Aborted past its progress deadline (`progressDeadlineAbort`), held for evidence
+            // that never came: no verdict on the version either.
+            if !failed && !errored && engine.deadline_exceeded {
+                cluster.status = ClusterStatus::RolledBack;
+                cluster.aborted_on_error = true;
+                cluster.decided_at = Some(now);
+                cluster.paused_for = None;
+                cluster.reason = format!(
+                    "aborted without rejection: {} (progressDeadlineAbort; no verdict on the version): retry starts the cluster again",
+                    engine.message
+                );
+                return;
+            }
             if errored {
                 cluster.status = ClusterStatus::RolledBack;
                 cluster.aborted_on_error = true;
+                cluster.paused_for = None;
                 cluster.decided_at = Some(now);
                 cluster.failure = failure.clone();
                 let why = match &failure {
@@ -1165,15 +1310,34 @@ impl FleetMachine {
             if cluster.status != ClusterStatus::Paused || cluster.reason != reason {
                 cluster.status = ClusterStatus::Paused;
                 cluster.reason = reason;
+                cluster.paused_for = Some(PausedFor::Evidence);
             }
             return;
         }
-        if cluster.status == ClusterStatus::Paused
-            && (cluster.reason.starts_with("waiting for evidence")
-                || cluster.reason.starts_with("EvidenceTimeout"))
+        // Stopped by an Inconclusive run: Paused for a human, saying what and how to go on.
+        if engine
+            .pause_conditions
+            .iter()
+            .any(|p| p.reason == PauseReason::InconclusiveAnalysisRun)
         {
+            let reason = inconclusive_reason(&cluster.runs);
+            if cluster.status != ClusterStatus::Paused || cluster.reason != reason {
+                cluster.status = ClusterStatus::Paused;
+                cluster.reason = reason;
+                cluster.paused_for = Some(PausedFor::Inconclusive);
+            }
+            return;
+        }
+        // The hold or the pause is over (fresh evidence came, or a human promoted).
+        let waited = matches!(
+            cluster.paused_for,
+            Some(PausedFor::Evidence | PausedFor::Inconclusive)
+        ) || cluster.reason.starts_with("waiting for evidence")
+            || cluster.reason.starts_with("EvidenceTimeout");
+        if cluster.status == ClusterStatus::Paused && waited {
             cluster.status = ClusterStatus::Progressing;
             cluster.reason = "updating".into();
+            cluster.paused_for = None;
         }
         let engine = &cluster.rollout;
         let healthy = engine.phase == Phase::Healthy
@@ -1210,27 +1374,50 @@ impl FleetMachine {
                 && plan.as_ref().is_some_and(|p| run.has_evidence(p));
             if !ok {
                 evidence = false;
-                if let Some(metric) = run.metrics.iter().find(|m| {
+                missing = match run.metrics.iter().find(|m| {
                     !m.dry_run
                         && (m.successful_without_evidence > 0
                             || !m.measurements.iter().any(|x| x.evidence))
                 }) {
-                    missing = metric.name.clone();
-                }
+                    Some(metric) => format!(
+                        "metric {:?} passed without evidence (no data or NaN; last value {})",
+                        metric.name,
+                        last_value(metric)
+                    ),
+                    None => format!("its {:?} analysis run ended {:?}", key.slot, run.phase),
+                };
             }
         }
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         if evidence {
             cluster.status = ClusterStatus::Validated;
             cluster.decided_at = Some(now);
+            cluster.paused_for = None;
             cluster.reason =
                 "validated: healthy on the new revision, every gating metric with evidence".into();
-        } else if cluster.status != ClusterStatus::Paused {
+        } else if cluster.accepted {
+            cluster.status = ClusterStatus::Validated;
+            cluster.decided_at = Some(now);
+            cluster.paused_for = None;
+            cluster.reason = format!(
+                "validated by an operator's promote, without a verdict: {}",
+                if missing.is_empty() {
+                    "no evidence"
+                } else {
+                    missing.as_str()
+                }
+            );
+        } else if cluster.status != ClusterStatus::Paused
+            || cluster.paused_for != Some(PausedFor::NoEvidence)
+        {
             cluster.status = ClusterStatus::Paused;
+            cluster.paused_for = Some(PausedFor::NoEvidence);
             cluster.reason = if cluster.runs.is_empty() {
-                "inconclusive: the Rollout has no analysis, so nothing proves this cluster healthy (promote to accept)".into()
+                format!(
+                    "inconclusive: the Rollout has no analysis, so nothing proves this cluster healthy; {CONTINUE}"
+                )
             } else {
-                format!("inconclusive: metric {missing:?} passed without evidence (no data or NaN)")
+                format!("inconclusive: {missing}; {CONTINUE}")
             };
         }
     }
@@ -1446,10 +1633,9 @@ impl FleetMachine {
                 .collect();
             if !errored.is_empty() {
                 self.state.message = format!(
-                    "wave {} waits: {} aborted on an analysis error, which is no verdict on the version; retry starts {} again",
+                    "wave {} waits: {}",
                     self.state.wave + 1,
-                    errored.join(", "),
-                    if errored.len() == 1 { "it" } else { "them" }
+                    self.errored_message(&errored)
                 );
             }
             self.state.bake_started_at = None;
@@ -1484,6 +1670,59 @@ impl FleetMachine {
         } else {
             self.start_clusters(now);
         }
+    }
+}
+
+/// What continues a cluster a human must decide on.
+const CONTINUE: &str = "promote to accept, abort to roll back";
+
+/// The last finished measurement's value of a metric, or `none`.
+fn last_value(metric: &crate::analysis::run::MetricState) -> String {
+    metric
+        .measurements
+        .iter()
+        .rev()
+        .find(|m| m.finished_at.is_some())
+        .map_or_else(
+            || "none".to_owned(),
+            |m| {
+                if m.value.is_empty() {
+                    "empty".to_owned()
+                } else {
+                    m.value.clone()
+                }
+            },
+        )
+}
+
+/// Why a cluster stopped on an Inconclusive run: the metric, its last value and message, and
+/// the commands that continue it.
+fn inconclusive_reason(runs: &RunMap) -> String {
+    let metric = runs
+        .values()
+        .filter(|r| r.phase == AnalysisPhase::Inconclusive)
+        .flat_map(|r| r.metrics.iter())
+        .find(|m| !m.dry_run && m.phase == AnalysisPhase::Inconclusive);
+    match metric {
+        Some(m) => {
+            let message = m
+                .measurements
+                .iter()
+                .rev()
+                .find(|x| x.finished_at.is_some())
+                .map_or("", |x| x.message.as_str());
+            format!(
+                "inconclusive: metric {:?} = {}{}; {CONTINUE}",
+                m.name,
+                last_value(m),
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({message})")
+                }
+            )
+        }
+        None => format!("inconclusive: an analysis run was inconclusive; {CONTINUE}"),
     }
 }
 

@@ -298,6 +298,7 @@ pub(super) fn simulate(
     let mut reports: Vec<EventReport> = Vec::new();
     let mut departed: Vec<ClusterReport> = Vec::new();
     let mut next_event = 0;
+    let mut first_starts: BTreeMap<String, (String, Millis)> = BTreeMap::new();
     let mut now: Millis = 0;
     loop {
         // The events due, before this tick's reconcile.
@@ -419,11 +420,26 @@ pub(super) fn simulate(
         }
         // When a cluster's fault windows are open: its own start and its wave's, on the
         // revision in flight.
+        // A cluster's fault anchor is when it first started the revision in flight: a retry
+        // restarts it, but does not replay its faults.
+        for (name, cluster) in &machine.state.clusters {
+            if let Some(at) = cluster.started_at {
+                let anchor = first_starts
+                    .entry(name.clone())
+                    .or_insert_with(|| (machine.state.revision.clone(), at));
+                if anchor.0 != machine.state.revision {
+                    *anchor = (machine.state.revision.clone(), at);
+                }
+            }
+        }
         let fault_active = |machine: &FleetMachine, name: &str, kind: FaultKind| {
             let Some(profile) = profiles.get(name) else {
                 return false;
             };
-            let cluster_start = machine.state.clusters.get(name).and_then(|c| c.started_at);
+            let cluster_start = first_starts
+                .get(name)
+                .filter(|(revision, _)| *revision == machine.state.revision)
+                .map(|(_, at)| *at);
             let wave_start = machine
                 .plan
                 .wave_of(name)
@@ -632,10 +648,8 @@ pub(super) fn simulate(
     let state = &machine.state;
     let plan = &machine.plan;
     let outcome = match state.phase {
-        FleetPhase::Completed => "Completed",
-        FleetPhase::Halted => "Halted",
-        FleetPhase::Aborted => "Aborted",
-        _ => "Incomplete",
+        FleetPhase::Completed | FleetPhase::Halted | FleetPhase::Aborted => state.outcome(),
+        _ => "Incomplete".to_owned(),
     };
     let waves = plan
         .waves
@@ -685,7 +699,7 @@ pub(super) fn simulate(
         .collect();
     clusters.extend(departed);
     Ok(Report {
-        outcome: outcome.into(),
+        outcome: outcome.clone(),
         message: if outcome == "Incomplete" {
             format!("the simulated time ({} s) ran out first", duration / 1000)
         } else {

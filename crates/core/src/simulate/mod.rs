@@ -348,6 +348,9 @@ mod tests;
 #[cfg(test)]
 mod timeline_tests;
 
+#[cfg(test)]
+mod evidence_tests;
+
 /// How one judge (an AnalysisTemplate standing in for the Rollout's background analysis) did
 /// over repeated runs of a scenario: its false rollbacks of healthy clusters and its detections
 /// of regressed ones, with exact (Clopper–Pearson) 95% bounds.

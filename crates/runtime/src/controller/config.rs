@@ -163,6 +163,7 @@ pub const EVENTS: &[&str] = &[
     "fleet-halted",
     "fleet-aborted",
     "desired-state-invalid",
+    "cluster-paused",
 ];
 
 fn default_listen() -> SocketAddr {

@@ -229,6 +229,17 @@ fn with_tag(image: &str, version: &str) -> String {
     }
 }
 
+/// Whether a Paused cluster waits for a human's `promote` or `abort` (an inconclusive run, a
+/// pass without evidence, evidence past the progress deadline), not for evidence on its way.
+fn needs_a_human(cluster: &flotilla_core::fleet::ClusterState) -> bool {
+    use flotilla_core::fleet::PausedFor;
+    match cluster.paused_for {
+        Some(PausedFor::Inconclusive | PausedFor::NoEvidence) => true,
+        Some(PausedFor::Evidence) => cluster.reason.starts_with("EvidenceTimeout"),
+        Some(PausedFor::Halt) | None => false,
+    }
+}
+
 fn first_image(rollout: &Rollout) -> String {
     rollout.first_image().unwrap_or_default().to_owned()
 }
@@ -1310,6 +1321,13 @@ impl FleetController {
                 };
                 out.audit
                     .push(entry(kind, Some(name), message, evidence.clone()));
+                if cluster.status == ClusterStatus::Paused && needs_a_human(cluster) {
+                    out.notifications.push(notification(
+                        "cluster-paused",
+                        Some(name),
+                        format!("{fleet}: cluster {name} paused: {}", cluster.reason),
+                    ));
+                }
                 if cluster.status == ClusterStatus::RolledBack {
                     let (metric, value, why) = match &cluster.failure {
                         Some(f) => (
@@ -1333,6 +1351,23 @@ impl FleetController {
                         out.notifications.push(n);
                     }
                 }
+            }
+            if old_status == Some(ClusterStatus::Paused)
+                && cluster.status == ClusterStatus::Paused
+                && cluster.reason.starts_with("EvidenceTimeout")
+                && !old.is_some_and(|o| o.reason.starts_with("EvidenceTimeout"))
+            {
+                out.audit.push(entry(
+                    "pause",
+                    Some(name),
+                    format!("{name}: {}", cluster.reason),
+                    evidence.clone(),
+                ));
+                out.notifications.push(notification(
+                    "cluster-paused",
+                    Some(name),
+                    format!("{fleet}: cluster {name} paused: {}", cluster.reason),
+                ));
             }
             for message in calibrations(name, old, cluster) {
                 out.audit
@@ -1400,7 +1435,7 @@ impl FleetController {
             name: self.record.name.clone(),
             revision: state.revision.clone(),
             image: first_image(&self.record.next),
-            phase: format!("{:?}", state.phase),
+            phase: state.outcome(),
             wave: (state.wave + 1).min(self.machine.plan.waves.len()),
             waves: self.machine.plan.waves.len(),
             message: state.message.clone(),
@@ -1417,7 +1452,7 @@ impl FleetController {
             revision: state.revision.clone(),
             image: first_image(&self.record.next),
             previous_image: first_image(&self.record.previous),
-            phase: format!("{:?}", state.phase),
+            phase: state.outcome(),
             message: state.message.clone(),
             wave: (state.wave + 1).min(plan.waves.len()),
             paused: state.paused,

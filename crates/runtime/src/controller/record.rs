@@ -204,7 +204,7 @@ pub struct AuditEntry {
 #[serde(rename_all = "camelCase")]
 pub struct Notification {
     /// `rollout-aborted`, `analysis-failed`, `wave-completed`, `fleet-completed`,
-    /// `fleet-halted`, `fleet-aborted`.
+    /// `fleet-halted`, `fleet-aborted`, `desired-state-invalid`, `cluster-paused`.
     pub event: String,
     /// The fleet.
     pub fleet: String,

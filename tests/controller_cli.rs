@@ -91,6 +91,8 @@ struct Lab {
     controls: Vec<String>,
     serve: Option<Child>,
     api: String,
+    /// Each cluster's Prometheus ([`Scenario::MetricsOutage`]).
+    prometheus: Vec<demo::Prometheus>,
 }
 
 impl Drop for Lab {
@@ -152,7 +154,23 @@ impl Lab {
         for control in &controls {
             wait_stable_ready(control);
         }
-        let manifests = demo::manifests(&controls, speed);
+        let prometheus: Vec<demo::Prometheus> = if scenario == Scenario::MetricsOutage {
+            SITES
+                .iter()
+                .zip(&controls)
+                .map(|(site, control)| {
+                    demo::Prometheus::start_new(
+                        dir.path().join(format!("prometheus-{}", site.name)),
+                        control,
+                    )
+                    .expect("prometheus (apt-get install prometheus)")
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let addresses: Vec<String> = prometheus.iter().map(demo::Prometheus::address).collect();
+        let manifests = demo::manifests_for(scenario, &controls, &addresses, speed);
         let controls_kept = controls.clone();
         let source = if extra_config.contains("git:") {
             // The desired state in a bare repository under fleets/payments/.
@@ -188,6 +206,7 @@ impl Lab {
             controls: controls_kept,
             serve: None,
             api: String::new(),
+            prometheus,
         }
     }
 
@@ -379,7 +398,9 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
     // the same `demo::judge`); global-regression runs here from a Git repository (`--gitops`).
     let repo = tempfile::tempdir().unwrap();
     let gitops = repo.path().join("fleet");
-    for scenario in ["healthy", "global-regression"] {
+    // metrics-outage is the healthy release with prod-us-east's Prometheus down as its canary
+    // ends.
+    for scenario in ["metrics-outage", "global-regression"] {
         let mut command = flotilla();
         command.args([
             "demo",
@@ -419,6 +440,17 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
             ] {
                 assert!(c.get(field).is_some(), "{scenario}: {field} missing in {c}");
             }
+        }
+        if scenario == "metrics-outage" {
+            assert!(
+                clusters.iter().all(|c| c["outcome"] == "Promoted"),
+                "{summary:#}"
+            );
+            let hold = summary["evidenceHold"].as_str().unwrap_or_default();
+            assert!(
+                hold.starts_with("waiting for evidence: metric"),
+                "{summary:#}"
+            );
         }
         if scenario == "global-regression" {
             let canary = clusters
@@ -972,6 +1004,124 @@ fn a_frozen_cluster_never_stalls_the_others() {
             "waves 1 and 2 took {elapsed:?}"
         );
         load.finish().await;
+    });
+}
+
+/// A long outage of one cluster's Prometheus in the middle of its canary, with the desired state
+/// in Git: the cluster's canary is aborted without a rejection (its analysis errored, which is
+/// no verdict on the version), the fleet is not halted, nothing is committed to Git; once the
+/// Prometheus is back, `retry` completes the cluster, and the fleet completes on the release.
+#[test]
+fn a_long_metrics_outage_is_no_verdict_changes_nothing_in_git_and_retry_completes() {
+    let _machine = exclusive();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut lab = Lab::prepare(
+            Scenario::MetricsOutage,
+            4.0,
+            "git: {url: fleet.git, branch: main, path: fleets/payments, interval: 1s}\n",
+        );
+        // Tolerate 2 consecutive errors (not the demo's 30): the outage aborts the canary.
+        let work = lab.dir.path().join("work");
+        let path = work.join("fleets/payments/manifests.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("consecutiveErrorLimit: 30"));
+        std::fs::write(
+            &path,
+            text.replace("consecutiveErrorLimit: 30", "consecutiveErrorLimit: 2"),
+        )
+        .unwrap();
+        git(&work, &["commit", "-q", "-am", "tolerate 2 errors"]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        lab.start_serve();
+        let bare = lab.dir.path().join("fleet.git");
+        lab.wait_for(
+            "the first revision to settle",
+            Duration::from_secs(60),
+            |v| v.phase == "Completed",
+        )
+        .await;
+        let load = Load::start(lab.targets());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            text.replace("payment-api:1.8.3", "payment-api:1.9.0"),
+        )
+        .unwrap();
+        git(&work, &["commit", "-q", "-am", "release 1.9.0"]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        let released = git(&bare, &["rev-parse", "main"]);
+        // prod-us-east's canary takes traffic: its Prometheus goes down.
+        let site = SITES.iter().position(|s| s.name == "prod-us-east").unwrap();
+        lab.wait_for("prod-us-east's canary", Duration::from_secs(120), |v| {
+            cluster(v, "prod-us-east")
+                .weights
+                .is_some_and(|(canary, _)| canary > 0)
+        })
+        .await;
+        lab.prometheus[site].stop();
+        let aborted = lab
+            .wait_for(
+                "prod-us-east aborted on its analysis errors",
+                Duration::from_secs(90),
+                |v| cluster(v, "prod-us-east").status == "RolledBack",
+            )
+            .await;
+        let us = cluster(&aborted, "prod-us-east");
+        assert!(
+            us.reason.starts_with("aborted without rejection"),
+            "{us:#?}"
+        );
+        assert_ne!(aborted.phase, "Halted", "{aborted:#?}");
+        // Its traffic is back on its stable, and the rest of the fleet goes on.
+        let settled = lab
+            .wait_for(
+                "the rest of wave 3, and prod-us-east back on its stable",
+                Duration::from_secs(90),
+                |v| {
+                    cluster(v, "prod-ap-south").status == "Validated"
+                        && cluster(v, "prod-us-east")
+                            .weights
+                            .is_some_and(|(c, _)| c == 0)
+                },
+            )
+            .await;
+        assert!(
+            settled.message.contains("retry starts it again"),
+            "{}",
+            settled.message
+        );
+        // No verdict, so nothing durable: Git is exactly as the developer left it.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(git(&bare, &["rev-parse", "main"]), released);
+        assert!(
+            !lab.fleet()
+                .await
+                .git
+                .unwrap_or_default()
+                .contains("committed"),
+            "{:?}",
+            lab.fleet().await.git
+        );
+        // The Prometheus is back; retry completes the cluster and the fleet.
+        lab.prometheus[site].start().unwrap();
+        lab.client()
+            .command("payment-api", &OperatorCommand::Retry)
+            .await
+            .unwrap();
+        let done = lab
+            .wait_for("the fleet to complete", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        for c in done.waves.iter().flat_map(|w| w.clusters.iter()) {
+            assert_eq!(c.status, "Validated", "{c:#?}");
+            assert_eq!(c.stable_version.as_deref(), Some(NEW), "{c:#?}");
+        }
+        assert_eq!(git(&bare, &["rev-parse", "main"]), released);
+        let report = load.finish().await;
+        assert_eq!(report.failed, 0, "{report:?}");
     });
 }
 

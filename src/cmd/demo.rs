@@ -34,7 +34,14 @@ pub enum Story {
     Healthy,
     /// The new version fails everywhere: caught in wave 1, nothing beyond it is touched.
     GlobalRegression,
+    /// A good release judged on each cluster's own Prometheus (Debian's `prometheus`, started
+    /// by the demo); prod-us-east's is stopped as its canary's steps end and started again 25 s
+    /// later: its promotion waits for current evidence, then completes.
+    MetricsOutage,
 }
+
+/// The cluster whose Prometheus the metrics-outage story stops.
+const OUTAGE_CLUSTER: &str = "prod-us-east";
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -65,6 +72,75 @@ pub struct DemoArgs {
     /// releases by commit; the controller's rollback or pin commit is in `git log` afterwards.
     #[arg(long, value_name = "DIR")]
     gitops: Option<PathBuf>,
+}
+
+/// The metrics-outage story's outage of one cluster's Prometheus, driven from the live view.
+#[derive(Default)]
+struct Outage {
+    /// When it went down (ms since the epoch).
+    stopped: Option<Instant>,
+    /// When it came back (ms since the epoch, the view's clock).
+    restarted_at: Option<i64>,
+    /// What the cluster said while its promotion waited.
+    held_reason: Option<String>,
+}
+
+impl Outage {
+    /// Stops the Prometheus once the cluster's canary is at its last step, starts it again
+    /// 25 s later, and records the cluster's reason while it waits for evidence.
+    async fn drive(
+        &mut self,
+        view: &flotilla_runtime::controller::record::FleetView,
+        server: &mut demo::Prometheus,
+        say: &impl Fn(&str),
+    ) -> anyhow::Result<()> {
+        let Some(cluster) = cluster_of(view, OUTAGE_CLUSTER) else {
+            return Ok(());
+        };
+        let last_step = cluster.desired_weight == Some(50) && cluster.status == "Progressing";
+        if self.stopped.is_none() && last_step {
+            server.stop();
+            self.stopped = Some(Instant::now());
+            say(&format!(
+                "{OUTAGE_CLUSTER}'s Prometheus ({}) is down",
+                server.address()
+            ));
+        }
+        if self.restarted_at.is_none()
+            && cluster.status == "Paused"
+            && cluster.reason.contains("waiting for evidence")
+        {
+            self.held_reason
+                .get_or_insert_with(|| cluster.reason.clone());
+        }
+        if self.restarted_at.is_none()
+            && self
+                .stopped
+                .is_some_and(|at| at.elapsed() >= Duration::from_secs(25))
+        {
+            tokio::task::block_in_place(|| server.start()).context("restarting the Prometheus")?;
+            self.restarted_at = Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_millis() as i64,
+            );
+            say(&format!(
+                "{OUTAGE_CLUSTER}'s Prometheus ({}) is back",
+                server.address()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn cluster_of<'v>(
+    view: &'v flotilla_runtime::controller::record::FleetView,
+    name: &str,
+) -> Option<&'v flotilla_runtime::controller::record::ClusterView> {
+    view.waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .find(|c| c.name == name)
 }
 
 /// Runs git in `dir` as the demo's developer.
@@ -108,6 +184,10 @@ struct Summary {
     seconds: f64,
     clusters: Vec<ClusterSummary>,
     load: LoadSummary,
+    /// The metrics-outage story: what the outage's cluster said while its promotion waited for
+    /// evidence (absent in the other stories).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence_hold: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -296,6 +376,13 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         Story::RegionalRegression => Scenario::RegionalRegression,
         Story::Healthy => Scenario::Healthy,
         Story::GlobalRegression => Scenario::GlobalRegression,
+        Story::MetricsOutage => Scenario::MetricsOutage,
+    };
+    let prometheus_binary = match scenario {
+        Scenario::MetricsOutage => Some(which("prometheus").context(
+            "the metrics-outage story runs a real Prometheus per cluster: install it (apt-get install -y --no-install-recommends prometheus)",
+        )?),
+        _ => None,
     };
     say(&format!(
         "flotilla demo: scenario {:?}, 4 clusters in 3 waves, {} requests/s each",
@@ -320,10 +407,31 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         let control = format!("http://{}", event["control"].as_str().unwrap_or_default());
         agents.push((router, control));
     }
+    // Each cluster's Prometheus, scraping its agent (the metrics-outage story).
+    let mut prometheus: Vec<demo::Prometheus> = Vec::new();
+    if prometheus_binary.is_some() {
+        for (site, (_, control)) in SITES.iter().zip(&agents) {
+            let dir = processes.dir.join(format!("prometheus-{}", site.name));
+            // On this (main) thread, never a pool thread: its parent-death signal follows the
+            // thread that started it.
+            let server = tokio::task::block_in_place(|| demo::Prometheus::start_new(dir, control))
+                .with_context(|| format!("{}'s Prometheus", site.name))?;
+            prometheus.push(server);
+        }
+        say(&format!(
+            "each cluster's metrics come from its own Prometheus ({}); {OUTAGE_CLUSTER}'s goes down as its canary's steps end",
+            prometheus
+                .iter()
+                .map(demo::Prometheus::address)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     // The controller.
     let manifests_path = processes.dir.join("manifests.yaml");
     let controls: Vec<String> = agents.iter().map(|(_, c)| c.clone()).collect();
-    let manifests = demo::manifests(&controls, args.speed);
+    let addresses: Vec<String> = prometheus.iter().map(demo::Prometheus::address).collect();
+    let manifests = demo::manifests_for(scenario, &controls, &addresses, args.speed);
     let config_path = processes.dir.join("serve.yaml");
     let mut config = std::fs::File::create(&config_path)?;
     let gitops = match &args.gitops {
@@ -444,6 +552,10 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         }
     }
     let deadline = Instant::now() + Duration::from_secs((600.0 / args.speed) as u64 + 60);
+    // The metrics-outage story: prod-us-east's Prometheus goes down when its canary reaches
+    // its last step and comes back 25 s later; what the cluster said meanwhile.
+    let outage_site = SITES.iter().position(|s| s.name == OUTAGE_CLUSTER);
+    let mut outage = Outage::default();
     let mut last = String::new();
     let mut last_new: Option<flotilla_runtime::controller::record::FleetView> = None;
     let view = loop {
@@ -491,6 +603,9 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             continue;
         }
         last_new = Some(view.clone());
+        if let Some(server) = outage_site.and_then(|i| prometheus.get_mut(i)) {
+            outage.drive(&view, server, &say).await?;
+        }
         let text = view::render(&view);
         if text != last {
             if live_terminal {
@@ -543,7 +658,31 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     // Give the load a last chunk on the final configuration, then stop it.
     let _ = stop_tx.send(true);
     let load = load.await.unwrap_or_default();
-    let (passed, expected) = judge(scenario, &view);
+    let (mut passed, expected) = judge(scenario, &view);
+    if scenario == Scenario::MetricsOutage {
+        let held = outage.held_reason.is_some();
+        let after = outage.restarted_at.is_some_and(|restart| {
+            cluster_of(&view, OUTAGE_CLUSTER)
+                .and_then(|c| c.decided_at)
+                .is_some_and(|decided| decided >= restart)
+        });
+        if !held {
+            say(&format!(
+                "{OUTAGE_CLUSTER} was never seen waiting for evidence during its Prometheus outage"
+            ));
+        }
+        if !after {
+            say(&format!(
+                "{OUTAGE_CLUSTER} was not decided after its Prometheus came back"
+            ));
+        }
+        if let Some(reason) = &outage.held_reason {
+            say(&format!(
+                "during the outage {OUTAGE_CLUSTER} said: {reason}"
+            ));
+        }
+        passed &= held && after;
+    }
     let mut clusters = Vec::new();
     for (wave, cluster) in view
         .waves
@@ -620,6 +759,7 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
             .round(),
         clusters,
         load,
+        evidence_hold: outage.held_reason.clone(),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -20,6 +20,10 @@ pub enum Scenario {
     Healthy,
     /// The new version fails everywhere: caught in wave 1, nothing beyond it is touched.
     GlobalRegression,
+    /// A good release, judged on each cluster's own Prometheus; prod-us-east's Prometheus is
+    /// down as its canary's steps end: its promotion waits for current evidence, and goes on
+    /// once the Prometheus answers again.
+    MetricsOutage,
 }
 
 /// One cluster of seed 000's layout.
@@ -124,7 +128,7 @@ pub fn agent_config(
     base_error_rate: f64,
 ) -> String {
     let profile = match scenario {
-        Scenario::Healthy => format!("{NEW}:calls=1"),
+        Scenario::Healthy | Scenario::MetricsOutage => format!("{NEW}:calls=1"),
         Scenario::RegionalRegression => format!("{NEW}:calls=6"),
         Scenario::GlobalRegression => format!("{NEW}:error-rate=0.12"),
     };
@@ -250,6 +254,219 @@ spec:
     )
 }
 
+/// The demo's manifests for `scenario`: for [`Scenario::MetricsOutage`], each cluster's metrics
+/// come from its own Prometheus (`prometheus[i]`, the Fleet's `metrics.address`), else from the
+/// agents (`builtin`).
+pub fn manifests_for(
+    scenario: Scenario,
+    controls: &[String],
+    prometheus: &[String],
+    speed: f64,
+) -> String {
+    let builtin = manifests(controls, speed);
+    if scenario != Scenario::MetricsOutage {
+        return builtin;
+    }
+    let mut text = builtin;
+    for (control, address) in controls.iter().zip(prometheus) {
+        text = text.replace(
+            &format!("endpoint: {{agent: \"{control}\"}}}}"),
+            &format!("endpoint: {{agent: \"{control}\"}}, metrics: {{address: \"{address}\"}}}}"),
+        );
+    }
+    let templates = text
+        .find("---\napiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate")
+        .expect("the manifests end with the templates");
+    text.truncate(templates);
+    text.push_str(&prometheus_templates(speed));
+    text
+}
+
+/// The analysis templates of [`Scenario::MetricsOutage`]: the same judgement as the builtin
+/// ones, as PromQL over the agent's `/metrics` scraped by the cluster's own Prometheus
+/// (`{{args.metrics-address}}` and `{{args.cluster}}` are injected per cluster). A window
+/// without canary traffic is an empty result, which the condition cannot read: an Error, not a
+/// pass without evidence. The templates tolerate 30 consecutive errors (a Prometheus restart),
+/// and a measurement is current for its interval plus the 5 s timeout.
+fn prometheus_templates(speed: f64) -> String {
+    let interval = seconds(5.0, speed);
+    let selector = r#"cluster="{{args.cluster}}",subset="canary""#;
+    format!(
+        r#"---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: error-rate}}
+spec:
+  args: [{{name: metrics-address}}, {{name: cluster}}]
+  metrics:
+    - name: error-rate
+      initialDelay: {interval}
+      interval: {interval}
+      failureLimit: 1
+      consecutiveErrorLimit: 30
+      successCondition: result[0] < 0.03
+      provider:
+        prometheus:
+          address: "{{{{args.metrics-address}}}}"
+          timeout: 5
+          query: '(sum(increase(http_requests_total{{{selector},code=~"5.."}}[20s])) or vector(0)) / (sum(increase(http_requests_total{{{selector}}}[20s])) > 0)'
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: latency-p95}}
+spec:
+  args: [{{name: max-p95}}, {{name: metrics-address}}, {{name: cluster}}]
+  metrics:
+    - name: latency-p95
+      initialDelay: {interval}
+      interval: {interval}
+      failureLimit: 1
+      consecutiveErrorLimit: 30
+      successCondition: result[0] <= {{{{args.max-p95}}}}
+      provider:
+        prometheus:
+          address: "{{{{args.metrics-address}}}}"
+          timeout: 5
+          query: 'histogram_quantile(0.95, sum by (le) (rate(http_request_duration_seconds_bucket{{{selector}}}[20s]))) > 0'
+"#
+    )
+}
+
+/// The configuration of cluster `site`'s Prometheus: it scrapes the agent's `/metrics` (at
+/// `control`, host:port) every second.
+pub fn prometheus_config(control: &str) -> String {
+    format!(
+        "global: {{scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}}\n\
+         scrape_configs:\n  - job_name: agent\n    static_configs: [{{targets: [\"{control}\"]}}]\n"
+    )
+}
+
+/// One cluster's Prometheus (Debian's `prometheus` on PATH) for [`Scenario::MetricsOutage`]:
+/// it scrapes the agent's `/metrics` every second on a fixed loopback port, with its data kept
+/// across a restart (as a real one's is). Killed and reaped on drop; started through `setpriv
+/// --pdeathsig KILL` when available, so it dies with its parent — the parent *thread*: start it
+/// from a thread that lives as long as it should (never a pool thread that may exit idle).
+pub struct Prometheus {
+    dir: PathBuf,
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl Prometheus {
+    /// Prepares one in `dir` for the agent whose control API is `control` (`http://host:port`
+    /// or `host:port`), on a free port, and starts it.
+    pub fn start_new(dir: PathBuf, control: &str) -> std::io::Result<Prometheus> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            prometheus_config(control.trim_start_matches("http://")),
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut server = Prometheus {
+            dir,
+            port,
+            child: None,
+        };
+        server.start()?;
+        Ok(server)
+    }
+
+    /// Its HTTP address.
+    pub fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again) and waits until it answers `/-/ready`, at most 30 s.
+    pub fn start(&mut self) -> std::io::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("prometheus.log"))?;
+        let setpriv = std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("setpriv"))
+                .find(|p| p.is_file())
+        });
+        let mut command = match setpriv {
+            Some(setpriv) => {
+                let mut c = std::process::Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--", "prometheus"]);
+                c
+            }
+            None => std::process::Command::new("prometheus"),
+        };
+        let child = command
+            .arg(format!(
+                "--config.file={}",
+                self.dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if self.ready() {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(std::process::Child::try_wait) {
+                return Err(std::io::Error::other(format!(
+                    "prometheus exited ({status}):\n{}",
+                    self.log()
+                )));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "prometheus on port {} was not ready within 30 s:\n{}",
+                    self.port,
+                    self.log()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// Whether it answers `GET /-/ready` with 200 (one plain HTTP/1.0 exchange on loopback).
+    fn ready(&self) -> bool {
+        use std::io::Read as _;
+        let exchange = || -> std::io::Result<bool> {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
+            stream.write_all(b"GET /-/ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head)?;
+            Ok(head.ends_with(b" 200"))
+        };
+        exchange().unwrap_or(false)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// Stops it (SIGKILL: an outage, not a shutdown) and reaps it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// A fleet status as `flotilla simulate` names the cluster outcome.
 pub fn outcome_of(status: &str) -> &'static str {
     match status {
@@ -276,6 +493,11 @@ pub fn judge(scenario: Scenario, view: &FleetView) -> (bool, &'static str) {
         Scenario::Healthy => (
             view.phase == "Completed" && SITES.iter().all(|s| outcome(s.name) == "Promoted"),
             "Completed: every cluster promoted",
+        ),
+        // The demo also checks that prod-us-east waited for evidence through the outage.
+        Scenario::MetricsOutage => (
+            view.phase == "Completed" && SITES.iter().all(|s| outcome(s.name) == "Promoted"),
+            "Completed: every cluster promoted, prod-us-east only after its promotion waited for evidence through its Prometheus outage",
         ),
         Scenario::RegionalRegression => (
             view.phase == "Halted"

@@ -153,6 +153,18 @@ fn is_worse(current: AnalysisPhase, new: AnalysisPhase) -> bool {
     new.severity() > current.severity()
 }
 
+/// `HH:MM:SS` of a time in ms: the time of day (UTC) of a wall-clock time, the elapsed time of
+/// a virtual one under a day (the core reads no clock and takes either).
+fn time_of_day(ms: Millis) -> String {
+    let seconds = ms.div_euclid(1000).rem_euclid(86_400);
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        (seconds / 60) % 60,
+        seconds % 60
+    )
+}
+
 impl Run {
     /// A new run, started at `now`.
     pub fn new(plan: &RunPlan, now: Millis) -> Run {
@@ -679,8 +691,8 @@ impl Run {
                 .find(|m| m.finished_at.is_some());
             let why = match last {
                 Some(m) if m.phase == AnalysisPhase::Error => format!(
-                    "it errored at {} s: {}",
-                    m.finished_at.unwrap_or(0) / 1000,
+                    "it errored at {}: {}",
+                    time_of_day(m.finished_at.unwrap_or(0)),
                     m.message
                 ),
                 Some(m) if !m.evidence => "its last measurement had no data".to_owned(),

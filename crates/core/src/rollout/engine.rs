@@ -268,6 +268,28 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
     let number = state.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1;
     let previous_current = state.current;
     let stable = state.stable;
+    // rollbackWindow: returning to one of the last N revisions skips steps and analysis.
+    let window = ctx
+        .rollout
+        .spec
+        .rollback_window
+        .as_ref()
+        .and_then(|w| w.revisions)
+        .unwrap_or(0)
+        .max(0) as usize;
+    let within_window = window > 0
+        && state
+            .revisions
+            .iter()
+            .rev()
+            .take(window)
+            .any(|r| r.hash == hash);
+    // A template seen before (not the stable's): Argo re-labels its ReplicaSet with the new
+    // revision number, so one hash is never two revisions (the data plane tells revisions
+    // apart by what they run, and would count the same pods for both).
+    state
+        .revisions
+        .retain(|r| r.hash != hash || Some(r.number) == stable);
     state.revisions.push(Revision {
         number,
         hash: hash.clone(),
@@ -351,23 +373,6 @@ fn observe_template(ctx: &mut Ctx<'_>, state: &mut RolloutState) {
     state.current = Some(number);
     state.current_fingerprint = fingerprint(ctx.hash);
     state.step_index = Some(0);
-    // rollbackWindow: returning to one of the last N revisions skips steps and analysis.
-    let window = ctx
-        .rollout
-        .spec
-        .rollback_window
-        .as_ref()
-        .and_then(|w| w.revisions)
-        .unwrap_or(0)
-        .max(0) as usize;
-    let within_window = window > 0
-        && state
-            .revisions
-            .iter()
-            .rev()
-            .skip(1)
-            .take(window)
-            .any(|r| r.hash == hash && r.number != number);
     if within_window {
         state.promote_full = true;
         ctx.event("RollbackWindow", format!("revision {number} returns to a template within the rollback window; steps and analysis skipped"));

@@ -1337,3 +1337,39 @@ fn analysis_outcome_helpers_are_wired() {
     }
     assert_eq!(run.assess(&plan, 0), AnalysisPhase::Failed);
 }
+
+/// A template aborted, rolled back to the stable and released again is one revision under a
+/// new number, as Argo re-labels the ReplicaSet: never two revisions of one hash (the data
+/// plane, which tells revisions apart by what they run, would count the same pods twice and
+/// the old one would never scale down).
+#[test]
+fn a_template_released_again_is_one_revision_under_a_new_number() {
+    let base = rollout(
+        4,
+        canary_routed(json!([{"setWeight": 40}, {"pause": {"duration": 5}}])),
+        json!({}),
+    );
+    let mut world = World::new(base.clone());
+    world.tick(&[]);
+    world.now = 1_000;
+    let next = with_image(&base, "demo:2.0");
+    world.deploy(next.clone());
+    world.run_until(5_000, 1_000);
+    world.now += 1_000;
+    world.tick(&[Command::Abort]);
+    world.run_until(world.now + 40_000, 1_000);
+    world.deploy(base.clone());
+    world.run_until(world.now + 5_000, 1_000);
+    world.deploy(next);
+    world.run_until(world.now + 60_000, 1_000);
+    let hashes: Vec<&str> = world.state.revisions.iter().map(|r| &*r.hash).collect();
+    let unique: std::collections::BTreeSet<&str> = hashes.iter().copied().collect();
+    assert_eq!(hashes.len(), unique.len(), "{:?}", world.state.revisions);
+    assert_eq!(world.state.stable, Some(3), "{:?}", world.state);
+    assert_eq!(
+        world.state.phase,
+        crate::rollout::Phase::Healthy,
+        "{}",
+        world.state.message
+    );
+}

@@ -1815,15 +1815,20 @@ mod tests {
     /// A cluster that fails on a revision after its first pin was committed (a `retry`, then a
     /// failure elsewhere) gets a pin of its own; the clusters already pinned are not pinned again.
     /// The agents are never reached (nothing listens on their ports).
-    #[tokio::test]
-    async fn a_later_failure_on_a_pinned_revision_is_pinned_too() {
-        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
-        let wiring = super::Wiring {
+    /// The wiring of a controller the tests drive by hand (no cluster is reached).
+    fn wiring() -> super::Wiring {
+        super::Wiring {
             providers: flotilla_providers::Providers::new().unwrap(),
             tick: std::time::Duration::from_secs(1),
             correct_drift: false,
             agent_tokens: Default::default(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_later_failure_on_a_pinned_revision_is_pinned_too() {
+        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
+        let wiring = wiring();
         let mut controller =
             super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring).unwrap();
         controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
@@ -1861,16 +1866,52 @@ mod tests {
         assert_eq!(controller.record.pinned.len(), 2);
     }
 
+    /// An outage is no verdict: a cluster aborted on an analysis error (no rejection) is never
+    /// reverted or pinned in Git, alone or beside a cluster that failed.
+    #[tokio::test]
+    async fn a_cluster_aborted_on_an_error_changes_nothing_in_git() {
+        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
+        let wiring = wiring();
+        let mut controller =
+            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring).unwrap();
+        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
+        let revision = controller.machine.state.revision.clone();
+        let state = &mut controller.machine.state;
+        state.clusters.get_mut("canary-eu-west").unwrap().status = ClusterStatus::Validated;
+        let errored = state.clusters.get_mut("prod-eu-west").unwrap();
+        errored.status = ClusterStatus::RolledBack;
+        errored.aborted_on_error = true;
+        // The fleet goes on (an error does not halt it), and even once it halts or completes for
+        // another reason, the errored cluster is not Git's business.
+        for phase in [
+            FleetPhase::Progressing,
+            FleetPhase::Halted,
+            FleetPhase::Completed,
+        ] {
+            controller.machine.state.phase = phase;
+            assert!(controller.change_needed().is_none(), "{phase:?}");
+        }
+        // Beside a cluster that failed, only the failed one is pinned.
+        let state = &mut controller.machine.state;
+        state.phase = FleetPhase::Halted;
+        state.clusters.get_mut("prod-us-east").unwrap().status = ClusterStatus::RolledBack;
+        state
+            .rejections
+            .insert(("prod-us-east".to_owned(), revision.clone()));
+        match controller.change_needed().map(|c| c.edit) {
+            Some(crate::controller::source::Edit::Pin { clusters }) => assert_eq!(
+                clusters.into_iter().map(|(c, _)| c).collect::<Vec<_>>(),
+                ["prod-us-east"]
+            ),
+            other => panic!("expected a pin of prod-us-east, got {other:?}"),
+        }
+    }
+
     /// A cluster added to the Fleet of a fleet that already has a record is adopted from what
     /// it runs before its first reconcile, as at a first start; one removed is forgotten.
     #[tokio::test]
     async fn a_cluster_new_to_a_resumed_fleet_is_adopted_not_deployed_to() {
-        let wiring = super::Wiring {
-            providers: flotilla_providers::Providers::new().unwrap(),
-            tick: std::time::Duration::from_secs(1),
-            correct_drift: false,
-            agent_tokens: Default::default(),
-        };
+        let wiring = wiring();
         let desired = desired("payment-api:1.8.3");
         let first = super::FleetController::new(&desired, None, &wiring).unwrap();
         assert_eq!(

@@ -1795,7 +1795,7 @@ mod tests {
 
     use flotilla_core::analysis::plan::resolve;
     use flotilla_core::analysis::run::Run;
-    use flotilla_core::fleet::ClusterState;
+    use flotilla_core::fleet::{ClusterState, FleetState};
     use flotilla_core::rollout::{AnalysisSlot, RunKey};
     use flotilla_core::spec::analysis::AnalysisTemplateSpec;
 
@@ -1864,6 +1864,85 @@ mod tests {
         controller.committed(&revision, "pinned".into(), vec!["prod-ap-south".into()]);
         assert!(controller.change_needed().is_none());
         assert_eq!(controller.record.pinned.len(), 2);
+    }
+
+    /// A cluster that waits for a human (an inconclusive run; later an EvidenceTimeout) is a
+    /// `pause` audit entry and a `cluster-paused` notification naming what continues it; a
+    /// cluster waiting for evidence on its way notifies nobody.
+    #[tokio::test]
+    async fn a_cluster_waiting_for_a_human_is_audited_and_notified() {
+        use flotilla_core::fleet::{ClusterStatus, PausedFor};
+        let mut controller =
+            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring()).unwrap();
+        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
+        let set = |controller: &mut super::FleetController, paused_for, reason: &str| {
+            let c = controller
+                .machine
+                .state
+                .clusters
+                .get_mut("prod-eu-west")
+                .unwrap();
+            c.status = ClusterStatus::Paused;
+            c.paused_for = Some(paused_for);
+            c.reason = reason.to_owned();
+        };
+        let decide = |controller: &mut super::FleetController, before: &FleetState| {
+            let mut out = super::TickOutput::default();
+            controller.decisions(before, 0, &mut out);
+            out
+        };
+        // Waiting for evidence: audited, no notification.
+        let before = controller.machine.state.clone();
+        set(
+            &mut controller,
+            PausedFor::Evidence,
+            "waiting for evidence: metric \"error-rate\": it errored at 14:02:10: refused",
+        );
+        let out = decide(&mut controller, &before);
+        assert!(
+            out.audit.iter().any(|e| e.kind == "pause"),
+            "{:?}",
+            out.audit
+        );
+        assert!(out.notifications.is_empty(), "{:?}", out.notifications);
+        // Past the deadline: still Paused, now an EvidenceTimeout: audited and notified.
+        let before = controller.machine.state.clone();
+        set(
+            &mut controller,
+            PausedFor::Evidence,
+            "EvidenceTimeout: waiting for evidence: … (past progressDeadlineSeconds; promote to accept, abort to roll back)",
+        );
+        let out = decide(&mut controller, &before);
+        assert!(
+            out.audit
+                .iter()
+                .any(|e| e.kind == "pause" && e.message.contains("EvidenceTimeout"))
+        );
+        assert_eq!(out.notifications.len(), 1, "{:?}", out.notifications);
+        assert_eq!(out.notifications[0].event, "cluster-paused");
+        // An inconclusive run, from Progressing.
+        controller
+            .machine
+            .state
+            .clusters
+            .get_mut("prod-eu-west")
+            .unwrap()
+            .status = ClusterStatus::Progressing;
+        let before = controller.machine.state.clone();
+        set(
+            &mut controller,
+            PausedFor::Inconclusive,
+            "inconclusive: metric \"error-rate\" = [0.004]; promote to accept, abort to roll back",
+        );
+        let out = decide(&mut controller, &before);
+        let n = &out.notifications[0];
+        assert_eq!(n.event, "cluster-paused");
+        assert_eq!(n.cluster.as_deref(), Some("prod-eu-west"));
+        assert!(
+            n.message.contains("promote to accept, abort to roll back"),
+            "{}",
+            n.message
+        );
     }
 
     /// An outage is no verdict: a cluster aborted on an analysis error (no rejection) is never

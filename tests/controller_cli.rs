@@ -304,6 +304,21 @@ impl Lab {
         }
     }
 
+    /// Waits (at most `limit`) for the fleet to complete with every cluster validated on the
+    /// release ([`NEW`]), and returns that view.
+    async fn wait_released_everywhere(&self, what: &str, limit: Duration) -> FleetView {
+        let done = self.wait_for(what, limit, |v| v.phase == "Completed").await;
+        for site in SITES {
+            let c = cluster(&done, site.name);
+            assert_eq!(
+                (c.status.as_str(), c.stable_version.as_deref()),
+                ("Validated", Some(NEW)),
+                "{c:#?}"
+            );
+        }
+        done
+    }
+
     async fn release(&self) {
         self.wait_for(
             "the first revision to settle",
@@ -1110,15 +1125,8 @@ fn a_long_metrics_outage_is_no_verdict_changes_nothing_in_git_and_retry_complete
             .command("payment-api", &OperatorCommand::Retry)
             .await
             .unwrap();
-        let done = lab
-            .wait_for("the fleet to complete", Duration::from_secs(120), |v| {
-                v.phase == "Completed"
-            })
+        lab.wait_released_everywhere("the fleet to complete", Duration::from_secs(120))
             .await;
-        for c in done.waves.iter().flat_map(|w| w.clusters.iter()) {
-            assert_eq!(c.status, "Validated", "{c:#?}");
-            assert_eq!(c.stable_version.as_deref(), Some(NEW), "{c:#?}");
-        }
         assert_eq!(git(&bare, &["rev-parse", "main"]), released);
         let report = load.finish().await;
         assert_eq!(report.failed, 0, "{report:?}");
@@ -1716,20 +1724,11 @@ fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fle
             "{view:#?}"
         );
         let done = lab
-            .wait_for(
+            .wait_released_everywhere(
                 "completion on the last valid state",
                 Duration::from_secs(180),
-                |v| v.phase == "Completed",
             )
             .await;
-        for site in SITES {
-            let c = cluster(&done, site.name);
-            assert_eq!(
-                (c.status.as_str(), c.stable_version.as_deref()),
-                ("Validated", Some(NEW)),
-                "{c:#?}"
-            );
-        }
         assert!(!done.errors.is_empty(), "the error is still shown");
         let history = lab.client().history("payment-api").await.unwrap();
         assert!(history.iter().any(|e| e.kind == "invalid"), "{history:#?}");
@@ -1772,21 +1771,8 @@ fn an_in_flight_rollout_of_the_previous_release_resumes_after_an_upgrade() {
             cluster(&before, "prod-eu-west").started_at,
             "prod-eu-west resumes its canary, not a new one"
         );
-        let done = lab
-            .wait_for(
-                "completion after the upgrade",
-                Duration::from_secs(180),
-                |v| v.phase == "Completed",
-            )
+        lab.wait_released_everywhere("completion after the upgrade", Duration::from_secs(180))
             .await;
-        for site in SITES {
-            let c = cluster(&done, site.name);
-            assert_eq!(
-                (c.status.as_str(), c.stable_version.as_deref()),
-                ("Validated", Some(NEW)),
-                "{c:#?}"
-            );
-        }
         let history = lab.client().history("payment-api").await.unwrap();
         assert!(
             !history.iter().any(|e| e.kind == "adopt"),

@@ -77,7 +77,7 @@ pub struct DemoArgs {
 /// The metrics-outage story's outage of one cluster's Prometheus, driven from the live view.
 #[derive(Default)]
 struct Outage {
-    /// When it went down (ms since the epoch).
+    /// When it went down.
     stopped: Option<Instant>,
     /// When it came back (ms since the epoch, the view's clock).
     restarted_at: Option<i64>,
@@ -378,12 +378,11 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         Story::GlobalRegression => Scenario::GlobalRegression,
         Story::MetricsOutage => Scenario::MetricsOutage,
     };
-    let prometheus_binary = match scenario {
-        Scenario::MetricsOutage => Some(which("prometheus").context(
-            "the metrics-outage story runs a real Prometheus per cluster: install it (apt-get install -y --no-install-recommends prometheus)",
-        )?),
-        _ => None,
-    };
+    if scenario == Scenario::MetricsOutage && which("prometheus").is_none() {
+        bail!(
+            "the metrics-outage story runs a real Prometheus per cluster: install it (apt-get install -y --no-install-recommends prometheus)"
+        );
+    }
     say(&format!(
         "flotilla demo: scenario {:?}, 4 clusters in 3 waves, {} requests/s each",
         args.scenario, args.rate
@@ -409,7 +408,7 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     }
     // Each cluster's Prometheus, scraping its agent (the metrics-outage story).
     let mut prometheus: Vec<demo::Prometheus> = Vec::new();
-    if prometheus_binary.is_some() {
+    if scenario == Scenario::MetricsOutage {
         for (site, (_, control)) in SITES.iter().zip(&agents) {
             let dir = processes.dir.join(format!("prometheus-{}", site.name));
             // On this (main) thread, never a pool thread: its parent-death signal follows the

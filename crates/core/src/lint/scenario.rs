@@ -122,9 +122,8 @@ pub(super) fn check_scenario(
                 }
             }
             if let (Some(to), from) = (&fault.to, &fault.from)
-                && std::mem::discriminant(to) == std::mem::discriminant(from)
-                && to.resolve(Some(0), Some(0)) <= from.resolve(Some(0), Some(0))
                 && same_anchor(from, to)
+                && to.resolve(Some(0), Some(0)) <= from.resolve(Some(0), Some(0))
             {
                 sink.error(
                     loaded,

@@ -422,13 +422,15 @@ pub(super) fn simulate(
         // revision in flight.
         // A cluster's fault anchor is when it first started the revision in flight: a retry
         // restarts it, but does not replay its faults.
+        let revision = &machine.state.revision;
         for (name, cluster) in &machine.state.clusters {
             if let Some(at) = cluster.started_at {
-                let anchor = first_starts
-                    .entry(name.clone())
-                    .or_insert_with(|| (machine.state.revision.clone(), at));
-                if anchor.0 != machine.state.revision {
-                    *anchor = (machine.state.revision.clone(), at);
+                match first_starts.get_mut(name) {
+                    Some((anchored, _)) if anchored == revision => {}
+                    Some(anchor) => *anchor = (revision.clone(), at),
+                    None => {
+                        first_starts.insert(name.clone(), (revision.clone(), at));
+                    }
                 }
             }
         }

@@ -3,26 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use super::test_support::{HEALTHY, by_name, inputs, with_events};
 use super::*;
 use crate::fleet::{ClusterStatus, FleetPhase, PausedFor};
-use crate::manifest::load_bytes;
 use crate::rollout::Action;
 use crate::spec::analysis::AnalysisPhase;
-
-const HEALTHY: &str = include_str!("../../../../examples/simulate/healthy.yaml");
-
-fn inputs(text: &str) -> Inputs {
-    let load = load_bytes("scenario.yaml", text.as_bytes());
-    let mut diagnostics = load.diagnostics.clone();
-    diagnostics.extend(crate::lint::lint(&load.manifests, Default::default()));
-    assert!(
-        diagnostics
-            .iter()
-            .all(|d| d.severity != crate::diagnostic::Severity::Error),
-        "{diagnostics:?}"
-    );
-    Inputs::from_manifests(&load.manifests).unwrap()
-}
 
 /// A fleet where false alarms are negligible: every cluster at 100 request/s with 0.05% errors
 /// (a canary at 10% serves 1,200 requests per 2-minute window; its threshold is 1%).
@@ -38,29 +23,14 @@ fn quiet_fleet() -> String {
     text.replace("errorRate: 0.002", "errorRate: 0.0005")
 }
 
-/// `text` with these events (YAML list items) and these faults on prod-us-east.
+/// `text` (a [`quiet_fleet`]) with these events (YAML list items) and these faults on
+/// prod-us-east.
 fn with(text: &str, events: &str, us_east_faults: &str) -> String {
-    let mut text = text.replace(
-        "  latencyObjective: 1.0\n  clusters:",
-        &format!("  latencyObjective: 1.0\n  events:\n{events}  clusters:"),
-    );
-    if !events.is_empty() {
-        assert!(
-            text.contains("  events:\n    - "),
-            "events were not inserted"
-        );
-    } else {
-        text = text.replace("  events:\n  clusters:", "  clusters:");
-    }
+    let mut text = with_events(text, events);
     if !us_east_faults.is_empty() {
         let anchor = "      canary: {errorRate: 0.0005, latency: {p50: 0.21, p95: 0.47}}\n";
-        let anchor = if text.contains(anchor) {
-            anchor.to_owned()
-        } else {
-            anchor.replace("0.0005", "0.002")
-        };
-        assert!(text.contains(&anchor));
-        text = text.replace(&anchor, &format!("{anchor}      faults:\n{us_east_faults}"));
+        assert!(text.contains(anchor));
+        text = text.replace(anchor, &format!("{anchor}      faults:\n{us_east_faults}"));
     }
     text
 }
@@ -195,9 +165,9 @@ fn no_cluster_is_promoted_validated_or_followed_by_a_wave_without_current_eviden
             let new_block = format!("{block}{fault}");
             text.replace_range(at..end, &new_block);
         }
-        let text = text.replace(
-            "  latencyObjective: 1.0\n  clusters:",
-            "  latencyObjective: 1.0\n  events:\n    - {at: 45m, command: retry}\n    - {at: 90m, command: retry}\n    - {at: 135m, command: retry}\n    - {at: 180m, command: retry}\n  clusters:",
+        let text = with_events(
+            &text,
+            "    - {at: 45m, command: retry}\n    - {at: 90m, command: retry}\n    - {at: 135m, command: retry}\n    - {at: 180m, command: retry}\n",
         );
         let mut check = EvidenceCheck::default();
         let mut ever_aborted = std::collections::BTreeSet::new();
@@ -245,14 +215,6 @@ fn no_cluster_is_promoted_validated_or_followed_by_a_wave_without_current_eviden
     }
     assert_eq!(runs, 48);
     assert!(aborted > 0 && short_never_aborted > 0 && long_aborted > 0);
-}
-
-fn by_name(report: &Report) -> BTreeMap<&str, &ClusterReport> {
-    report
-        .clusters
-        .iter()
-        .map(|c| (c.name.as_str(), c))
-        .collect()
 }
 
 #[test]

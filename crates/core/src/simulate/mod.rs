@@ -346,6 +346,9 @@ impl Inputs {
 mod tests;
 
 #[cfg(test)]
+mod test_support;
+
+#[cfg(test)]
 mod timeline_tests;
 
 #[cfg(test)]

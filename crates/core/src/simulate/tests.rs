@@ -1,19 +1,7 @@
 //! The shipped scenarios run to their expected outcomes, deterministically.
 
+use super::test_support::inputs;
 use super::*;
-use crate::manifest::load_bytes;
-
-fn inputs(text: &str) -> Inputs {
-    let load = load_bytes("scenario.yaml", text.as_bytes());
-    assert!(
-        load.diagnostics
-            .iter()
-            .all(|d| d.severity != crate::diagnostic::Severity::Error),
-        "{:?}",
-        load.diagnostics
-    );
-    Inputs::from_manifests(&load.manifests).unwrap()
-}
 
 fn outcomes(report: &Report) -> Vec<(&str, &str)> {
     report

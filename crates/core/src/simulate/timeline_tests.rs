@@ -4,43 +4,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::test_support::{HEALTHY, by_name, inputs, with_events};
 use super::*;
 use crate::fleet::{ClusterStatus, FleetPhase};
-use crate::manifest::load_bytes;
 use crate::rollout::Action;
-
-const HEALTHY: &str = include_str!("../../../../examples/simulate/healthy.yaml");
 const SUPERSEDED: &str = include_str!("../../../../examples/simulate/superseded-release.yaml");
 const ABORT: &str = include_str!("../../../../examples/simulate/operator-abort.yaml");
 const NO_TRAFFIC: &str = include_str!("../../../../examples/simulate/no-canary-traffic.yaml");
 
-fn inputs(text: &str) -> Inputs {
-    let load = load_bytes("scenario.yaml", text.as_bytes());
-    let mut diagnostics = load.diagnostics.clone();
-    diagnostics.extend(crate::lint::lint(&load.manifests, Default::default()));
-    assert!(
-        diagnostics
-            .iter()
-            .all(|d| d.severity != crate::diagnostic::Severity::Error),
-        "{diagnostics:?}"
-    );
-    Inputs::from_manifests(&load.manifests).unwrap()
-}
-
 /// The healthy scenario with these events (YAML list items, indented for `spec.events`).
 fn healthy_with(events: &str) -> String {
-    HEALTHY.replace(
-        "  latencyObjective: 1.0\n  clusters:",
-        &format!("  latencyObjective: 1.0\n  events:\n{events}  clusters:"),
-    )
-}
-
-fn by_name(report: &Report) -> BTreeMap<&str, &ClusterReport> {
-    report
-        .clusters
-        .iter()
-        .map(|c| (c.name.as_str(), c))
-        .collect()
+    with_events(HEALTHY, events)
 }
 
 /// Checks the supersede rule at every tick, from the actions the machine decided:

@@ -16,7 +16,7 @@ use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_ve
 use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
-    FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
+    FleetMachine, FleetPhase, FleetPlan, FleetState, PausedFor, Revisions,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
 use flotilla_core::rollout::{Action, AnalysisSlot, Observed, RolloutState, template_hash};
@@ -232,10 +232,9 @@ fn with_tag(image: &str, version: &str) -> String {
 /// Whether a Paused cluster waits for a human's `promote` or `abort` (an inconclusive run, a
 /// pass without evidence, evidence past the progress deadline), not for evidence on its way.
 fn needs_a_human(cluster: &flotilla_core::fleet::ClusterState) -> bool {
-    use flotilla_core::fleet::PausedFor;
     match cluster.paused_for {
         Some(PausedFor::Inconclusive | PausedFor::NoEvidence) => true,
-        Some(PausedFor::Evidence) => cluster.reason.starts_with("EvidenceTimeout"),
+        Some(PausedFor::Evidence) => cluster.rollout.deadline_exceeded,
         Some(PausedFor::Halt) | None => false,
     }
 }
@@ -1352,10 +1351,13 @@ impl FleetController {
                     }
                 }
             }
+            // A hold for evidence that runs past the progress deadline: the same Paused, now
+            // for a human.
             if old_status == Some(ClusterStatus::Paused)
                 && cluster.status == ClusterStatus::Paused
-                && cluster.reason.starts_with("EvidenceTimeout")
-                && !old.is_some_and(|o| o.reason.starts_with("EvidenceTimeout"))
+                && cluster.paused_for == Some(PausedFor::Evidence)
+                && cluster.rollout.deadline_exceeded
+                && !old.is_some_and(|o| o.rollout.deadline_exceeded)
             {
                 out.audit.push(entry(
                     "pause",
@@ -1912,6 +1914,14 @@ mod tests {
             PausedFor::Evidence,
             "EvidenceTimeout: waiting for evidence: … (past progressDeadlineSeconds; promote to accept, abort to roll back)",
         );
+        controller
+            .machine
+            .state
+            .clusters
+            .get_mut("prod-eu-west")
+            .unwrap()
+            .rollout
+            .deadline_exceeded = true;
         let out = decide(&mut controller, &before);
         assert!(
             out.audit

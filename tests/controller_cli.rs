@@ -1739,15 +1739,25 @@ fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fle
     });
 }
 
-/// An in-flight rollout survives an upgrade of Flotilla: `tests/fixtures/upgrade-0.1/` holds a
-/// store written by the release before this one (commit ff17bc2) with the demo's healthy release
-/// of 1.9.0 in wave 2 (canary-eu-west validated, prod-eu-west mid-canary), and that release's
-/// view of it. This release opens it, resumes the same revision at the same wave (wave 1 is not
-/// run again), repairs the fresh agents to what the record says they run, and completes.
+/// An in-flight rollout survives an upgrade of Flotilla: each of `tests/fixtures/upgrade-0.1/`
+/// (commit ff17bc2, before the store's schema version) and `upgrade-0.2/` (commit f38e965,
+/// before typed decisions) holds a store written by that release with the demo's healthy
+/// release of 1.9.0 in wave 2 (canary-eu-west validated, prod-eu-west mid-canary), and that
+/// release's view of it. This release opens each, resumes the same revision at the same wave
+/// (wave 1 is not run again), repairs the fresh agents to what the record says they run, and
+/// completes.
 #[test]
 fn an_in_flight_rollout_of_the_previous_release_resumes_after_an_upgrade() {
+    for fixture in ["upgrade-0.1", "upgrade-0.2"] {
+        resumes_after_an_upgrade(fixture);
+    }
+}
+
+fn resumes_after_an_upgrade(fixture: &str) {
     let _machine = exclusive();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upgrade-0.1");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(fixture);
     let before: FleetView =
         serde_json::from_str(&std::fs::read_to_string(fixture.join("view.json")).unwrap()).unwrap();
     let rt = runtime();

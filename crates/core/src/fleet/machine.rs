@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::event::{Decision, FleetEvent, Pending};
 use super::overlay::ClusterOverlay;
 use super::plan::{FleetPlan, fleet_revision, plan_key};
+pub use super::specs::FleetSpecs;
 use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
 use crate::analysis::{MeasureRequest, Millis, Outcome};
@@ -155,6 +157,9 @@ pub struct FleetState {
     /// The wave-level analysis (`waveAnalysis`) of the latest wave that ran one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_run: Option<WaveRun>,
+    /// Decisions numbered so far (each [`FleetEvent`]'s id counts from it).
+    #[serde(default)]
+    pub event_seq: u64,
 }
 
 impl FleetState {
@@ -294,6 +299,8 @@ pub struct FleetOutput {
     pub actions: Vec<(String, Action)>,
     /// Measurements to take.
     pub measurements: Vec<ClusterMeasurement>,
+    /// What was decided, in order (with what was decided between ticks first).
+    pub events: Vec<FleetEvent>,
 }
 
 /// The specs one fleet revision runs: the new Rollout and the one it replaces.
@@ -308,9 +315,11 @@ pub struct Revisions<'a> {
 /// The fleet machine: state plus the plans it derives (which are not serialized).
 pub struct FleetMachine {
     /// The plan.
-    pub plan: FleetPlan,
+    pub(crate) plan: FleetPlan,
     /// The state.
-    pub state: FleetState,
+    pub(crate) state: FleetState,
+    /// Decisions made since the last tick's output.
+    pub(crate) events: Pending,
     /// Each cluster's run plans, by run.
     run_plans: BTreeMap<String, Vec<(RunKey, Arc<RunPlan>)>>,
     /// Plans by content ([`plan_key`]): clusters whose templates read none of their own
@@ -370,6 +379,7 @@ impl FleetMachine {
             names: state.clusters.keys().cloned().collect(),
             plan: plan.clone(),
             state,
+            events: Pending::default(),
             run_plans: BTreeMap::new(),
             plan_pool: BTreeMap::new(),
             known: BTreeMap::new(),
@@ -382,6 +392,36 @@ impl FleetMachine {
         // was down): its clusters and waves are fitted to this one.
         machine.fit(&plan);
         machine
+    }
+
+    /// A machine resumed from a persisted `state` after a restart: fitted to `plan` (clusters
+    /// that left the Fleet are trimmed, joiners added NotStarted), told every spec `specs` knows,
+    /// and with the measurements that were in flight when the previous process died abandoned,
+    /// so they are taken again.
+    pub fn resume(plan: FleetPlan, specs: &FleetSpecs, state: FleetState) -> FleetMachine {
+        let mut machine = FleetMachine::new(plan, &specs.revisions(), Some(state));
+        for spec in specs.history.iter().chain([&specs.previous, &specs.next]) {
+            machine.remember(spec);
+        }
+        for cluster in machine.state.clusters.values_mut() {
+            for run in cluster.runs.values_mut() {
+                run.abandon_in_flight();
+            }
+        }
+        if let Some(wave_run) = machine.state.wave_run.as_mut() {
+            wave_run.run.abandon_in_flight();
+        }
+        machine
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &FleetPlan {
+        &self.plan
+    }
+
+    /// The state (persisted as is).
+    pub fn state(&self) -> &FleetState {
+        &self.state
     }
 
     /// The Fleet changed (a cluster joined or left): `plan` replaces the machine's plan.
@@ -439,7 +479,7 @@ impl FleetMachine {
     /// A wave with a member that has not started is not complete: the fleet's wave is the first
     /// wave not complete (a cluster that joined or was retried in a wave the fleet passed takes
     /// it back there), and a completed fleet with such a wave progresses again.
-    fn reopen_waves(&mut self) {
+    pub(super) fn reopen_waves(&mut self) {
         let count = self.plan.waves.len();
         let mut completed = std::mem::take(&mut self.state.wave_completed_at);
         completed.resize(count, None);
@@ -461,8 +501,10 @@ impl FleetMachine {
         self.state.wave_completed_at = completed;
         self.state.wave_started_at.resize(count, None);
         if self.state.phase == FleetPhase::Completed && first_open < count {
-            self.state.phase = FleetPhase::Progressing;
-            self.state.message = format!("wave {} has a cluster to roll out", first_open + 1);
+            self.set_phase(
+                FleetPhase::Progressing,
+                format!("wave {} has a cluster to roll out", first_open + 1),
+            );
         }
     }
 
@@ -543,6 +585,12 @@ impl FleetMachine {
                         ),
                         (None, None) => "pinned".into(),
                     };
+                    self.events.push(
+                        Some(now),
+                        Some(name),
+                        Decision::Pinned,
+                        format!("{name}: {}", cluster.reason),
+                    );
                 }
                 (None, ClusterStatus::Pinned) => {
                     cluster.decided_at = None;
@@ -550,9 +598,21 @@ impl FleetMachine {
                         cluster.status = ClusterStatus::Held;
                         cluster.reason =
                             "held: its pin was lifted while the fleet is halted".into();
+                        self.events.push(
+                            Some(now),
+                            Some(name),
+                            Decision::Held,
+                            format!("{name}: {}", cluster.reason),
+                        );
                     } else {
                         cluster.status = ClusterStatus::NotStarted;
                         cluster.reason = "its pin was lifted".into();
+                        self.events.push(
+                            Some(now),
+                            Some(name),
+                            Decision::Reset,
+                            format!("{name}: its pin was lifted; waits for its wave"),
+                        );
                     }
                 }
                 _ => {}
@@ -654,7 +714,16 @@ impl FleetMachine {
                 .map(|r| r.hash.clone());
             cluster.baseline = stable_hash.filter(|h| self.known.contains_key(h.as_str()));
         }
-        for cluster in self.state.clusters.values_mut() {
+        let old_revision = self.state.revision.clone();
+        for (name, cluster) in self.state.clusters.iter_mut() {
+            if cluster.status != ClusterStatus::NotStarted {
+                self.events.push(
+                    None,
+                    Some(name),
+                    Decision::Reset,
+                    format!("{name}: waits for its wave"),
+                );
+            }
             if cluster.status == ClusterStatus::Progressing
                 || cluster.status == ClusterStatus::Paused
             {
@@ -688,9 +757,24 @@ impl FleetMachine {
             wave_run.run.terminate();
             wave_run.settled = true;
         }
+        self.events.push(
+            None,
+            None,
+            Decision::Superseded {
+                previous: old_revision.clone(),
+            },
+            format!(
+                "new fleet revision {revision} ({}) supersedes {old_revision}",
+                revisions.next.first_image().unwrap_or_default()
+            ),
+        );
         self.state.revision = revision;
+        let old_phase = self.state.phase;
         self.state.phase = FleetPhase::Progressing;
         self.state.message = "superseded: a new revision starts from wave 1".into();
+        if old_phase != FleetPhase::Progressing {
+            self.phase_event();
+        }
         self.state.wave = 0;
         self.state.wave_started_at = vec![None; self.plan.waves.len()];
         self.state.wave_completed_at = vec![None; self.plan.waves.len()];
@@ -703,7 +787,8 @@ impl FleetMachine {
     /// (nothing is deployed), and the fleet revision reaches it through its wave and analysis,
     /// unless `running` is the revision itself (adopted as it is: already on it). Only a cluster
     /// never reconciled can be adopted; a later call changes nothing and returns false.
-    pub fn adopt(&mut self, cluster: &str, running: &Rollout) -> bool {
+    /// `message` says what was found (an [`Decision::Adopted`] event).
+    pub fn adopt(&mut self, cluster: &str, running: &Rollout, message: String) -> bool {
         let Some(state) = self.state.clusters.get(cluster) else {
             return false;
         };
@@ -713,6 +798,8 @@ impl FleetMachine {
         self.remember(running);
         let state = self.state.clusters.get_mut(cluster).expect("known cluster");
         state.baseline = Some(rollout::template_hash(running));
+        self.events
+            .push(None, Some(cluster), Decision::Adopted, message);
         true
     }
 
@@ -801,13 +888,17 @@ impl FleetMachine {
         if matches!(self.state.phase, FleetPhase::Halted | FleetPhase::Aborted) {
             return;
         }
-        self.state.phase = FleetPhase::Halted;
-        self.state.message = message;
         for (name, cluster) in self.state.clusters.iter_mut() {
             match cluster.status {
                 ClusterStatus::NotStarted => {
                     cluster.status = ClusterStatus::Held;
                     cluster.reason = "held: the fleet halted before its wave".into();
+                    self.events.push(
+                        None,
+                        Some(name),
+                        Decision::Held,
+                        format!("{name}: {}", cluster.reason),
+                    );
                 }
                 ClusterStatus::Progressing => {
                     cluster.status = ClusterStatus::Paused;
@@ -815,10 +906,65 @@ impl FleetMachine {
                         format!("paused: the fleet halted ({name} keeps running its analysis)");
                     cluster.pending.push(Command::Pause);
                     cluster.paused_for = Some(PausedFor::Halt);
+                    self.events.push(
+                        None,
+                        Some(name),
+                        Decision::Paused {
+                            paused_for: Some(PausedFor::Halt),
+                            needs_human: false,
+                            condition: None,
+                        },
+                        format!("{name}: {}", cluster.reason),
+                    );
                 }
                 _ => {}
             }
         }
+        self.set_phase(FleetPhase::Halted, message);
+    }
+
+    /// Sets the fleet's phase and message; a change of phase is a [`Decision::Phase`].
+    pub(super) fn set_phase(&mut self, phase: FleetPhase, message: String) {
+        let changed = self.state.phase != phase;
+        self.state.phase = phase;
+        self.state.message = message;
+        if changed {
+            self.phase_event();
+        }
+    }
+
+    /// The fleet's phase changed: says so, with the failure that decided it, if one did.
+    pub(super) fn phase_event(&mut self) {
+        let phase = self.state.phase;
+        let failed = matches!(
+            phase,
+            FleetPhase::Halted | FleetPhase::Aborted | FleetPhase::Completed
+        )
+        .then(|| {
+            self.state
+                .clusters
+                .iter()
+                .find(|(_, c)| c.failure.is_some() && c.status == ClusterStatus::RolledBack)
+        })
+        .flatten();
+        let (failed_cluster, failure) = match failed {
+            Some((name, c)) => (Some(name.clone()), c.failure.clone()),
+            None => (None, None),
+        };
+        let message = format!(
+            "{}: fleet {phase:?}: {}",
+            self.plan.name, self.state.message
+        );
+        self.events.push(
+            None,
+            None,
+            Decision::Phase {
+                phase,
+                failed_cluster,
+                failure,
+            },
+            message,
+        );
     }
 
     /// One tick: commands, then every cluster's rollout engine and analysis runs, then the wave
@@ -856,7 +1002,29 @@ impl FleetMachine {
                 .get_mut(&outcome.cluster)
                 .and_then(|c| c.runs.get_mut(&outcome.run))
             {
+                let calibrated = |run: &Run| {
+                    run.metrics
+                        .get(outcome.metric_index)
+                        .is_some_and(|m| !m.calibration.is_empty())
+                };
+                let before = calibrated(run);
                 run.handle_outcome(&plan, outcome.metric_index, now, outcome.outcome);
+                if !before && calibrated(run) {
+                    let metric = &run.metrics[outcome.metric_index];
+                    self.events.push(
+                        Some(now),
+                        Some(&outcome.cluster),
+                        Decision::Calibrated {
+                            metric: metric.name.clone(),
+                        },
+                        format!(
+                            "{}: {} calibrated against its own reference: {}",
+                            outcome.cluster,
+                            metric.name,
+                            crate::analysis::compare::baseline_summary(&metric.calibration)
+                        ),
+                    );
+                }
                 // Assessed at once: the engine decides this tick on the run's verdict with this
                 // measurement in it (a failure arriving as the last step ends aborts the
                 // canary; it must not be promoted first and judged after).
@@ -880,143 +1048,14 @@ impl FleetMachine {
         }
         self.gate(revisions.next, now, &mut output);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
-        self.start_clusters(now);
+        self.start_clusters(now, revisions.next);
+        output.events = self.take_events(now);
         output
-    }
-
-    fn handle_commands(&mut self, commands: &[FleetCommand]) {
-        for command in commands {
-            match command {
-                FleetCommand::Pause => {
-                    self.state.paused = true;
-                    if self.state.phase == FleetPhase::Progressing {
-                        self.state.phase = FleetPhase::Paused;
-                    }
-                }
-                FleetCommand::Resume => {
-                    self.state.paused = false;
-                    if self.state.phase == FleetPhase::Paused {
-                        self.state.phase = FleetPhase::Progressing;
-                    }
-                }
-                FleetCommand::Promote {
-                    wave,
-                    full,
-                    cluster,
-                } => {
-                    let index = wave.map_or(self.state.wave, |w| w.saturating_sub(1));
-                    let members: Vec<&String> = match cluster {
-                        Some(name) => vec![name],
-                        None => {
-                            if index == self.state.wave && self.state.bake_started_at.is_some() {
-                                self.state.bake_started_at = Some(Millis::MIN / 2);
-                            }
-                            self.plan
-                                .waves
-                                .get(index)
-                                .map(|m| m.iter().collect())
-                                .unwrap_or_default()
-                        }
-                    };
-                    for name in members {
-                        if let Some(cluster) = self.state.clusters.get_mut(name)
-                            && (cluster.status == ClusterStatus::Paused
-                                || cluster.status == ClusterStatus::Progressing)
-                        {
-                            // A human's promote of a cluster waiting for a verdict accepts it:
-                            // the evidence hold is passed, an inconclusive or evidence-less
-                            // run no longer stops its validation.
-                            let waiting = cluster.status == ClusterStatus::Paused
-                                && matches!(
-                                    cluster.paused_for,
-                                    Some(
-                                        PausedFor::Evidence
-                                            | PausedFor::Inconclusive
-                                            | PausedFor::NoEvidence
-                                    )
-                                );
-                            if waiting {
-                                cluster.accepted = true;
-                            }
-                            let full = *full || cluster.paused_for == Some(PausedFor::Evidence);
-                            cluster.pending.push(Command::Promote { full });
-                        }
-                    }
-                }
-                FleetCommand::Abort { cluster } => match cluster {
-                    Some(name) => {
-                        if let Some(state) = self.state.clusters.get_mut(name) {
-                            state.pending.push(Command::Abort);
-                        }
-                    }
-                    None => {
-                        for state in self.state.clusters.values_mut() {
-                            if matches!(
-                                state.status,
-                                ClusterStatus::Progressing | ClusterStatus::Paused
-                            ) {
-                                state.pending.push(Command::Abort);
-                            }
-                        }
-                        for state in self.state.clusters.values_mut() {
-                            if state.status == ClusterStatus::NotStarted {
-                                state.status = ClusterStatus::Held;
-                                state.reason = "held: the fleet was aborted".into();
-                            }
-                        }
-                        self.state.phase = FleetPhase::Aborted;
-                        self.state.message = "aborted by an operator".into();
-                    }
-                },
-                FleetCommand::Retry => {
-                    let revision = self.state.revision.clone();
-                    for (name, state) in self.state.clusters.iter_mut() {
-                        if state.status == ClusterStatus::RolledBack {
-                            self.state
-                                .rejections
-                                .remove(&(name.clone(), revision.clone()));
-                            state.status = ClusterStatus::NotStarted;
-                            state.aborted_on_error = false;
-                            state.failure = None;
-                            state.reason = "retrying".into();
-                            state.runs.clear();
-                        }
-                        if state.status == ClusterStatus::Held {
-                            state.status = ClusterStatus::NotStarted;
-                            state.reason.clear();
-                        }
-                        // Paused by the halt mid-update: it goes on where it stood.
-                        if state.paused_for == Some(PausedFor::Halt) {
-                            state.paused_for = None;
-                            if state.status == ClusterStatus::Paused {
-                                state.pending.push(Command::Resume);
-                                state.status = ClusterStatus::Progressing;
-                                state.reason = "updating".into();
-                            }
-                        }
-                        // Skipped (unreachable past the timeout, its canary aborted): rolled
-                        // forward again; a skip is no rejection.
-                        if state.status == ClusterStatus::Skipped {
-                            state.status = ClusterStatus::NotStarted;
-                            state.failure = None;
-                            state.reason = "retrying".into();
-                            state.runs.clear();
-                        }
-                    }
-                    if self.state.phase == FleetPhase::Halted {
-                        self.state.phase = FleetPhase::Progressing;
-                        self.state.message = "retrying the failed clusters".into();
-                    }
-                    // A retried cluster of a wave the fleet passed takes it back there.
-                    self.reopen_waves();
-                }
-            }
-        }
     }
 
     /// Starts clusters of the current wave, within maxUpdate (clusters in flight: progressing or
     /// paused), unless the fleet is paused or halted or the cluster rejected.
-    fn start_clusters(&mut self, now: Millis) {
+    fn start_clusters(&mut self, now: Millis, next: &Rollout) {
         if self.state.phase != FleetPhase::Progressing || self.state.paused {
             return;
         }
@@ -1060,7 +1099,29 @@ impl FleetMachine {
             progressing += 1;
             if state.wave_started_at[state.wave].is_none() {
                 state.wave_started_at[state.wave] = Some(now);
+                self.events.push(
+                    Some(now),
+                    None,
+                    Decision::WaveStarted {
+                        wave: state.wave + 1,
+                    },
+                    format!(
+                        "{}: wave {} started ({})",
+                        self.plan.name,
+                        state.wave + 1,
+                        members.join(", ")
+                    ),
+                );
             }
+            self.events.push(
+                Some(now),
+                Some(name),
+                Decision::ClusterStarted,
+                format!(
+                    "{name} starts revision {}",
+                    next.first_image().unwrap_or_default()
+                ),
+            );
         }
     }
 
@@ -1102,6 +1163,12 @@ impl FleetMachine {
                         if cluster.on_new_spec {
                             cluster.pending.push(Command::Abort);
                         }
+                        self.events.push(
+                            Some(now),
+                            Some(name),
+                            Decision::Skipped,
+                            format!("{name}: {}", cluster.reason),
+                        );
                     }
                     UnreachableAction::Halt => {
                         let message =
@@ -1144,6 +1211,10 @@ impl FleetMachine {
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         cluster.unreachable_since = None;
         let commands = std::mem::take(&mut cluster.pending);
+        let (step_before, deadline_before) = (
+            cluster.rollout.step_index,
+            cluster.rollout.deadline_exceeded,
+        );
         let actions = rollout::reconcile_with_hash(
             spec,
             &hash,
@@ -1152,6 +1223,48 @@ impl FleetMachine {
             &commands,
             now,
         );
+        // What the engine decided: a step reached, a weight set without one, its own events.
+        let engine = &cluster.rollout;
+        let stepped = cluster.status == ClusterStatus::Progressing
+            && step_before.is_some()
+            && engine.step_index > step_before;
+        if stepped {
+            let steps = spec.canary().map_or(0, |c| c.steps.len()) as u32;
+            let (step, weight) = (
+                engine.step_index.unwrap_or(0),
+                engine.desired_weight.unwrap_or(0),
+            );
+            self.events.push_with_evidence(
+                now,
+                name,
+                cluster,
+                Decision::StepReached {
+                    step,
+                    steps,
+                    weight,
+                },
+                format!("{name}: step {step}/{steps} (canary weight {weight})"),
+            );
+        }
+        for action in &actions {
+            match action {
+                Action::SetWeight { canary, .. } if !stepped => self.events.push(
+                    Some(now),
+                    Some(name),
+                    Decision::WeightSet { weight: *canary },
+                    format!("{name}: canary weight {canary}"),
+                ),
+                Action::Event { reason, message } => self.events.push(
+                    Some(now),
+                    Some(name),
+                    Decision::RolloutEvent {
+                        reason: reason.clone(),
+                    },
+                    format!("{name}: {message}"),
+                ),
+                _ => {}
+            }
+        }
         let mut starts = Vec::new();
         for action in &actions {
             match action {
@@ -1214,12 +1327,12 @@ impl FleetMachine {
                 });
             }
         }
-        self.judge_cluster(name, spec, now);
+        self.judge_cluster(name, spec, now, deadline_before);
     }
 
     /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
     /// or paused without evidence.
-    fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis) {
+    fn judge_cluster(&mut self, name: &str, spec: &Rollout, now: Millis, deadline_before: bool) {
         let new_hash = self.next_hash_of(name);
         let previous_hash = self.previous_hash_of(name);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
@@ -1259,6 +1372,13 @@ impl FleetMachine {
                     "aborted without rejection: {} (progressDeadlineAbort; no verdict on the version): retry starts the cluster again",
                     engine.message
                 );
+                self.events.push_with_evidence(
+                    now,
+                    name,
+                    cluster,
+                    Decision::AbortedWithoutRejection { failure: None },
+                    format!("{name}: {}", cluster.reason),
+                );
                 return;
             }
             if errored {
@@ -1274,6 +1394,13 @@ impl FleetMachine {
                 cluster.reason = format!(
                     "aborted without rejection: the analysis errored ({why}); an error is not a verdict on the version: retry starts the cluster again"
                 );
+                self.events.push_with_evidence(
+                    now,
+                    name,
+                    cluster,
+                    Decision::AbortedWithoutRejection { failure },
+                    format!("{name}: {}", cluster.reason),
+                );
                 return;
             }
             // Failed: record why, reject the revision for this cluster, roll it back alone.
@@ -1284,6 +1411,16 @@ impl FleetMachine {
             cluster.decided_at = Some(now);
             cluster.reason = engine.message.clone();
             cluster.failure = failure.clone();
+            self.events.push_with_evidence(
+                now,
+                name,
+                cluster,
+                Decision::Failed {
+                    failure: failure.clone(),
+                    condition: "RolloutAborted".into(),
+                },
+                format!("{name}: {}", cluster.reason),
+            );
             self.state.rejections.insert((name.to_owned(), revision));
             let cause = match &failure {
                 Some(f) => format!(
@@ -1307,10 +1444,27 @@ impl FleetMachine {
             } else {
                 hold.clone()
             };
+            // Said when it begins, and again when it needs a human (past the deadline).
+            let timed_out = engine.deadline_exceeded && !deadline_before;
+            let begins = cluster.status != ClusterStatus::Paused
+                || cluster.paused_for != Some(PausedFor::Evidence);
             if cluster.status != ClusterStatus::Paused || cluster.reason != reason {
                 cluster.status = ClusterStatus::Paused;
                 cluster.reason = reason;
                 cluster.paused_for = Some(PausedFor::Evidence);
+            }
+            if begins || timed_out {
+                self.events.push_with_evidence(
+                    now,
+                    name,
+                    cluster,
+                    Decision::Paused {
+                        paused_for: Some(PausedFor::Evidence),
+                        needs_human: cluster.rollout.deadline_exceeded,
+                        condition: None,
+                    },
+                    format!("{name}: {}", cluster.reason),
+                );
             }
             return;
         }
@@ -1321,10 +1475,25 @@ impl FleetMachine {
             .any(|p| p.reason == PauseReason::InconclusiveAnalysisRun)
         {
             let reason = inconclusive_reason(&cluster.runs);
-            if cluster.status != ClusterStatus::Paused || cluster.reason != reason {
+            if cluster.status != ClusterStatus::Paused
+                || cluster.paused_for != Some(PausedFor::Inconclusive)
+            {
                 cluster.status = ClusterStatus::Paused;
                 cluster.reason = reason;
                 cluster.paused_for = Some(PausedFor::Inconclusive);
+                self.events.push_with_evidence(
+                    now,
+                    name,
+                    cluster,
+                    Decision::Paused {
+                        paused_for: Some(PausedFor::Inconclusive),
+                        needs_human: true,
+                        condition: Some("InconclusiveAnalysisRun".into()),
+                    },
+                    format!("{name}: {}", cluster.reason),
+                );
+            } else if cluster.reason != reason {
+                cluster.reason = reason;
             }
             return;
         }
@@ -1338,6 +1507,13 @@ impl FleetMachine {
             cluster.status = ClusterStatus::Progressing;
             cluster.reason = "updating".into();
             cluster.paused_for = None;
+            self.events.push_with_evidence(
+                now,
+                name,
+                cluster,
+                Decision::Resumed,
+                format!("{name}: goes on (its evidence came, or an operator promoted it)"),
+            );
         }
         let engine = &cluster.rollout;
         let healthy = engine.phase == Phase::Healthy
@@ -1360,6 +1536,12 @@ impl FleetMachine {
             cluster.status = ClusterStatus::Validated;
             cluster.decided_at = Some(now);
             cluster.reason = "already on this revision".into();
+            self.events.push(
+                Some(now),
+                Some(name),
+                Decision::Validated { accepted: false },
+                format!("{name}: {}", cluster.reason),
+            );
             return;
         }
         // Healthy on this revision: validated only on evidence.
@@ -1389,6 +1571,7 @@ impl FleetMachine {
             }
         }
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        let was = (cluster.status, cluster.paused_for);
         if evidence {
             cluster.status = ClusterStatus::Validated;
             cluster.decided_at = Some(now);
@@ -1419,6 +1602,25 @@ impl FleetMachine {
             } else {
                 format!("inconclusive: {missing}; {CONTINUE}")
             };
+        }
+        if (cluster.status, cluster.paused_for) != was {
+            let decision = match cluster.status {
+                ClusterStatus::Validated => Decision::Validated {
+                    accepted: !evidence,
+                },
+                _ => Decision::Paused {
+                    paused_for: Some(PausedFor::NoEvidence),
+                    needs_human: true,
+                    condition: None,
+                },
+            };
+            self.events.push_with_evidence(
+                now,
+                name,
+                cluster,
+                decision,
+                format!("{name}: {}", cluster.reason),
+            );
         }
     }
 
@@ -1472,6 +1674,12 @@ impl FleetMachine {
                 cluster.reason = format!("rolled back with {because} (rollbackScope {scope:?})");
                 cluster.on_new_spec = false;
                 cluster.pending.push(Command::Promote { full: true });
+                self.events.push(
+                    None,
+                    Some(&other),
+                    Decision::RolledBack,
+                    format!("{other}: {}", cluster.reason),
+                );
             }
         }
     }
@@ -1549,13 +1757,16 @@ impl FleetMachine {
             _ if no_metric && !wave_run.settled => {
                 wave_run.settled = true;
                 self.state.paused = true;
-                self.state.phase = FleetPhase::Paused;
-                self.state.message = format!(
+                self.wave_verdict(number, phase);
+                self.set_phase(FleetPhase::Paused, format!(
                     "paused: wave {number} analysis has no metric that is not a dry run, so nothing proves the wave healthy"
-                );
+                ));
                 false
             }
-            AnalysisPhase::Successful if evidence => true,
+            AnalysisPhase::Successful if evidence => {
+                self.wave_verdict(number, phase);
+                true
+            }
             AnalysisPhase::Successful | AnalysisPhase::Inconclusive => {
                 // No verdict to act on: the fleet pauses for a human (resume runs it again).
                 wave_run.settled = true;
@@ -1576,9 +1787,11 @@ impl FleetMachine {
                     format!("metric {missing:?} passed without evidence (no data or NaN)")
                 };
                 self.state.paused = true;
-                self.state.phase = FleetPhase::Paused;
-                self.state.message =
-                    format!("paused: wave {number} analysis {why}; resume runs it again");
+                self.wave_verdict(number, phase);
+                self.set_phase(
+                    FleetPhase::Paused,
+                    format!("paused: wave {number} analysis {why}; resume runs it again"),
+                );
                 false
             }
             AnalysisPhase::Failed | AnalysisPhase::Error => {
@@ -1591,6 +1804,7 @@ impl FleetMachine {
                     None => format!("wave {number} analysis failed: {}", wave_run.run.message),
                 };
                 let scope = self.plan.policy.rollback_scope;
+                self.wave_verdict(number, phase);
                 self.widen_rollback(
                     None,
                     Some(wave),
@@ -1604,6 +1818,25 @@ impl FleetMachine {
         }
     }
 
+    /// Wave `number`'s analysis reached a verdict the fleet acts on.
+    fn wave_verdict(&mut self, number: usize, phase: AnalysisPhase) {
+        let message = match &self.state.wave_run {
+            Some(w) if !w.run.message.is_empty() => {
+                format!("wave {number} analysis {phase:?}: {}", w.run.message)
+            }
+            _ => format!("wave {number} analysis {phase:?}"),
+        };
+        self.events.push(
+            None,
+            None,
+            Decision::WaveAnalysis {
+                wave: number,
+                phase,
+            },
+            format!("{}: {message}", self.plan.name),
+        );
+    }
+
     /// The wave gate: complete when every cluster is decided (validated, skipped, or failed
     /// within budget); then the bake; then the wave-level analysis, if any, must pass; then the
     /// next wave.
@@ -1612,7 +1845,7 @@ impl FleetMachine {
             return;
         }
         let Some(members) = self.plan.waves.get(self.state.wave) else {
-            self.state.phase = FleetPhase::Completed;
+            self.set_phase(FleetPhase::Completed, "every wave validated".into());
             return;
         };
         let decided = members.iter().all(|n| {
@@ -1638,7 +1871,9 @@ impl FleetMachine {
                     self.errored_message(&errored)
                 );
             }
-            self.state.bake_started_at = None;
+            if self.state.bake_started_at.take().is_some() {
+                self.bake_ended(now, "a cluster is undecided again");
+            }
             // A wave undecided again (a retry) runs its wave analysis anew once decided.
             if let Some(wave_run) = &mut self.state.wave_run
                 && wave_run.wave == self.state.wave
@@ -1653,6 +1888,22 @@ impl FleetMachine {
         // cluster joined): baked and analysed already.
         let passed = self.state.wave_completed_at[self.state.wave].is_some();
         if !passed {
+            if self.state.bake_started_at.is_none() && self.plan.bake > 0 {
+                let wave = self.state.wave + 1;
+                self.events.push(
+                    Some(now),
+                    None,
+                    Decision::BakeStarted {
+                        wave,
+                        bake_ms: self.plan.bake,
+                    },
+                    format!(
+                        "{}: wave {wave} decided; baking for {} s",
+                        self.plan.name,
+                        self.plan.bake / 1000
+                    ),
+                );
+            }
             let started = *self.state.bake_started_at.get_or_insert(now);
             if now - started < self.plan.bake as Millis {
                 return;
@@ -1661,15 +1912,62 @@ impl FleetMachine {
                 return;
             }
             self.state.wave_completed_at[self.state.wave] = Some(now);
+            let wave = self.state.wave + 1;
+            if self.plan.bake > 0 {
+                self.bake_ended(now, "baked");
+            }
+            let members = self.plan.waves[self.state.wave].clone();
+            let message = format!(
+                "{}: wave {wave} completed ({})",
+                self.plan.name,
+                members.join(", ")
+            );
+            self.events.push(
+                Some(now),
+                None,
+                Decision::WaveCompleted {
+                    wave,
+                    clusters: members,
+                },
+                message,
+            );
         }
         self.state.bake_started_at = None;
         self.state.wave += 1;
         if self.state.wave >= self.plan.waves.len() {
-            self.state.phase = FleetPhase::Completed;
-            self.state.message = "every wave validated".into();
+            self.set_phase(FleetPhase::Completed, "every wave validated".into());
         } else {
-            self.start_clusters(now);
+            self.start_clusters(now, next);
         }
+    }
+}
+
+impl FleetMachine {
+    /// The current wave's bake ended (`how`: baked, skipped, undecided again).
+    fn bake_ended(&mut self, now: Millis, how: &str) {
+        let wave = self.state.wave + 1;
+        self.events.push(
+            Some(now),
+            None,
+            Decision::BakeEnded { wave },
+            format!("{}: wave {wave}'s bake ended: {how}", self.plan.name),
+        );
+    }
+
+    /// The decisions made since the last tick's output (by a supersede, an adoption, a
+    /// durable change recorded), numbered; a driver that stops takes them with this.
+    pub fn flush_events(&mut self, now: Millis) -> Vec<FleetEvent> {
+        self.take_events(now)
+    }
+
+    /// The decisions since the last output, numbered.
+    fn take_events(&mut self, now: Millis) -> Vec<FleetEvent> {
+        self.events.take(
+            &self.plan.name,
+            &self.state.revision,
+            &mut self.state.event_seq,
+            now,
+        )
     }
 }
 

@@ -2,12 +2,17 @@
 //! when every one of its clusters is validated on that revision with evidence, and a failure is
 //! rolled back with the same granularity. It composes one rollout engine and its analysis runs
 //! per cluster, and performs no I/O: `tick` takes observations, measurement outcomes, commands
-//! and `now`, and returns per-cluster actions and measurement requests.
+//! and `now`, and returns per-cluster actions, measurement requests and the decisions made, as typed
+//! events ([`FleetEvent`]).
 
+mod commands;
+mod event;
 mod machine;
 mod overlay;
 mod plan;
+mod specs;
 
+pub use event::*;
 pub use machine::*;
 pub use overlay::*;
 pub use plan::*;

@@ -1471,12 +1471,12 @@ fn clusters_adopted_at_first_start_are_judged_unless_already_on_the_revision() {
     };
     let old = rollout("payment-api:1.8.3");
     for cluster in ["canary-eu-west", "prod-eu-west", "prod-us-east"] {
-        assert!(sim.machine.adopt(cluster, &old));
+        assert!(sim.machine.adopt(cluster, &old, String::new()));
     }
-    assert!(sim.machine.adopt("prod-ap-south", &next));
+    assert!(sim.machine.adopt("prod-ap-south", &next, String::new()));
     sim.step(&[]);
     assert!(
-        !sim.machine.adopt("canary-eu-west", &next),
+        !sim.machine.adopt("canary-eu-west", &next, String::new()),
         "only before its first reconcile"
     );
     // The first reconcile asserts what each cluster already runs: the old spec where it was
@@ -1822,4 +1822,197 @@ fn held_clusters_of_a_halted_fleet_stay_off_the_bad_revision_across_a_restart() 
             crate::rollout::template_hash(&a.previous)
         );
     }
+}
+
+/// A machine on 1.9.0 superseding 1.8.3, for the durable-change tests (states set by hand).
+fn durable_machine() -> (FleetMachine, FleetSpecs) {
+    let plan =
+        FleetPlan::resolve(&fleet(), &fleet_rollout(json!({})), &[template(GUARDED)]).unwrap();
+    let mut specs = FleetSpecs::new(rollout("payment-api:1.8.3"));
+    let mut machine = FleetMachine::new(plan, &specs.revisions(), None);
+    assert!(machine.change_spec(&mut specs, rollout("payment-api:1.9.0")));
+    (machine, specs)
+}
+
+fn fail(machine: &mut FleetMachine, name: &str) {
+    let revision = machine.state.revision.clone();
+    machine.state.phase = FleetPhase::Halted;
+    machine.state.clusters.get_mut(name).unwrap().status = ClusterStatus::RolledBack;
+    machine.state.rejections.insert((name.to_owned(), revision));
+}
+
+fn pinned(change: Option<DurableChange>) -> Vec<String> {
+    match change {
+        Some(c) if c.edit == DurableEdit::Pin => c.failed.into_iter().map(|f| f.name).collect(),
+        other => panic!("expected a pin, got {other:?}"),
+    }
+}
+
+/// No cluster validated and the fleet halted: a revert, once. Some validated: a pin of exactly
+/// the failed clusters; a cluster that fails after the first pin was committed (a retry, then
+/// a failure elsewhere) gets a pin of its own, the pinned ones are not pinned again.
+#[test]
+fn the_durable_change_is_a_revert_or_a_pin_of_exactly_the_failed_clusters() {
+    let (mut machine, specs) = durable_machine();
+    let none = BTreeSet::new();
+    assert_eq!(
+        machine.durable_change(&specs, None, &none),
+        None,
+        "in flight"
+    );
+    fail(&mut machine, "canary-eu-west");
+    let revert = machine.durable_change(&specs, None, &none).unwrap();
+    assert_eq!(revert.edit, DurableEdit::Revert);
+    assert_eq!(
+        (revert.bad_image.as_str(), revert.good_image.as_str()),
+        ("payment-api:1.9.0", "payment-api:1.8.3")
+    );
+    let revision = machine.state.revision.clone();
+    assert_eq!(
+        machine.durable_change(&specs, Some(&revision), &none),
+        None,
+        "never twice"
+    );
+
+    let (mut machine, specs) = durable_machine();
+    let revision = machine.state.revision.clone();
+    for name in ["canary-eu-west", "prod-eu-west"] {
+        machine.state.clusters.get_mut(name).unwrap().status = ClusterStatus::Validated;
+    }
+    fail(&mut machine, "prod-us-east");
+    let change = machine.durable_change(&specs, None, &none);
+    assert_eq!(
+        change.as_ref().unwrap().failed[0].image,
+        "payment-api:1.8.3",
+        "a failed cluster stays on its previous image"
+    );
+    assert_eq!(pinned(change.clone()), ["prod-us-east"]);
+    machine.record_durable(&change.unwrap());
+    let mut committed = BTreeSet::from(["prod-us-east".to_owned()]);
+    assert_eq!(
+        machine.durable_change(&specs, Some(&revision), &committed),
+        None
+    );
+    fail(&mut machine, "prod-ap-south");
+    assert_eq!(
+        pinned(machine.durable_change(&specs, Some(&revision), &committed)),
+        ["prod-ap-south"]
+    );
+    committed.insert("prod-ap-south".into());
+    assert_eq!(
+        machine.durable_change(&specs, Some(&revision), &committed),
+        None
+    );
+    let events = machine.flush_events(0);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.decision, Decision::DurableChange { .. })),
+        "{events:#?}"
+    );
+}
+
+/// An outage is no verdict: a cluster aborted on an analysis error (no rejection) is never
+/// reverted or pinned in Git, alone or beside a cluster that failed.
+#[test]
+fn a_cluster_aborted_on_an_error_needs_no_durable_change() {
+    let (mut machine, specs) = durable_machine();
+    let none = BTreeSet::new();
+    machine
+        .state
+        .clusters
+        .get_mut("canary-eu-west")
+        .unwrap()
+        .status = ClusterStatus::Validated;
+    let errored = machine.state.clusters.get_mut("prod-eu-west").unwrap();
+    errored.status = ClusterStatus::RolledBack;
+    errored.aborted_on_error = true;
+    for phase in [
+        FleetPhase::Progressing,
+        FleetPhase::Halted,
+        FleetPhase::Completed,
+    ] {
+        machine.state.phase = phase;
+        assert_eq!(
+            machine.durable_change(&specs, None, &none),
+            None,
+            "{phase:?}"
+        );
+    }
+    fail(&mut machine, "prod-us-east");
+    assert_eq!(
+        pinned(machine.durable_change(&specs, None, &none)),
+        ["prod-us-east"]
+    );
+}
+
+/// Commands that cannot apply are refused, saying why, and change nothing; the others are
+/// accepted events, in order.
+#[test]
+fn commands_are_accepted_or_refused_with_why() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    let before = sim.machine.state.clone();
+    let refused = [
+        FleetCommand::Resume,
+        FleetCommand::Retry,
+        FleetCommand::Abort {
+            cluster: Some("nowhere".into()),
+        },
+        FleetCommand::Promote {
+            wave: Some(9),
+            full: false,
+            cluster: None,
+        },
+    ];
+    let output = sim.machine.tick(
+        &Revisions {
+            previous: &sim.previous,
+            next: &sim.next,
+        },
+        &sim.observations(),
+        Vec::new(),
+        &refused,
+        0,
+    );
+    let verdicts: Vec<&Decision> = output
+        .events
+        .iter()
+        .map(|e| &e.decision)
+        .filter(|d| {
+            matches!(
+                d,
+                Decision::CommandAccepted { .. } | Decision::CommandRefused { .. }
+            )
+        })
+        .collect();
+    assert_eq!(verdicts.len(), refused.len(), "{verdicts:#?}");
+    for (decision, command) in verdicts.iter().zip(&refused) {
+        match decision {
+            Decision::CommandRefused { command: c, why } => {
+                assert_eq!(c, command);
+                assert!(!why.is_empty());
+            }
+            other => panic!("{command:?} should be refused: {other:?}"),
+        }
+    }
+    assert_eq!(sim.machine.state.rejections, before.rejections);
+    assert!(!sim.machine.state.paused);
+    let output = sim.machine.tick(
+        &Revisions {
+            previous: &sim.previous,
+            next: &sim.next,
+        },
+        &sim.observations(),
+        Vec::new(),
+        &[FleetCommand::Pause, FleetCommand::Pause],
+        1_000,
+    );
+    let names: Vec<&str> = output.events.iter().map(|e| e.decision.name()).collect();
+    assert!(names.contains(&"commandAccepted"), "{names:?}");
+    assert!(names.contains(&"commandRefused"), "{names:?}");
+    // Ids are numbered on from the state: stable across a restore.
+    let ids: Vec<&str> = output.events.iter().map(|e| e.id.as_str()).collect();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique);
 }

@@ -13,7 +13,7 @@ use super::{
 use crate::analysis::{Millis, Outcome};
 use crate::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterOverlay, ClusterStatus,
-    FleetCommand, FleetMachine, FleetPhase, FleetPlan, FleetState, Revisions,
+    FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs, FleetState,
 };
 use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights, template_hash};
 use crate::spec::rollout::Rollout;
@@ -39,6 +39,8 @@ pub struct TickView<'a> {
     pub revision_hash: &'a str,
     /// The events applied at this tick (before the machine's tick).
     pub events: &'a [EventReport],
+    /// The decisions the machine made at this tick.
+    pub decisions: &'a [FleetEvent],
 }
 
 /// One simulated cluster (what it reports lives in the observations, kept from tick to tick).
@@ -127,36 +129,6 @@ fn plan_of(inputs: &Inputs, present: &BTreeSet<String>) -> Result<FleetPlan, Sim
 
 /// The two specs of the fleet revision in flight, and how a new one supersedes them (as the
 /// daemon's `set image`, a Git commit or `undo` do).
-struct Specs {
-    previous: Rollout,
-    next: Rollout,
-    next_hash: String,
-}
-
-impl Specs {
-    /// `spec` becomes the fleet revision; false when it is the one in flight already.
-    fn change(&mut self, machine: &mut FleetMachine, spec: Rollout) -> bool {
-        if template_hash(&spec) == template_hash(&self.next) {
-            return false;
-        }
-        let previous = std::mem::replace(&mut self.previous, self.next.clone());
-        machine.supersede(
-            &Revisions {
-                previous: &previous,
-                next: &self.next,
-            },
-            &Revisions {
-                previous: &self.next,
-                next: &spec,
-            },
-        );
-        machine.remember(&spec);
-        self.next_hash = template_hash(&spec);
-        self.next = spec;
-        true
-    }
-}
-
 /// Runs one simulation with a seed, calling `observe` after every tick.
 pub(super) fn simulate(
     inputs: &Inputs,
@@ -223,11 +195,16 @@ pub(super) fn simulate(
     let mut images: BTreeMap<String, String> = BTreeMap::new();
     images.insert(template_hash(&previous), image(&previous));
     images.insert(template_hash(&inputs.rollout), image(&inputs.rollout));
-    let mut specs = Specs {
+    let mut specs = FleetSpecs {
         previous: previous.clone(),
         next: inputs.rollout.clone(),
-        next_hash: template_hash(&inputs.rollout),
+        history: Vec::new(),
     };
+    let mut next_hash: String;
+    // The decisions, as the machine made them; the durable change Git would get, taken as
+    // committed at once (the revision, and the clusters pinned then).
+    let mut decisions: Vec<FleetEvent> = Vec::new();
+    let mut committed: (Option<String>, BTreeSet<String>) = (None, BTreeSet::new());
     // The longest window any metric reads bounds the traffic history kept; a metric that reads
     // before its run's start (a reference window, a sequential test) keeps two hours more, and
     // the traffic before the rollout is simulated for that long.
@@ -239,14 +216,7 @@ pub(super) fn simulate(
         (window, 0)
     };
     let keep = (window as Millis / tick + 2) as usize;
-    let mut machine = FleetMachine::new(
-        plan,
-        &Revisions {
-            previous: &specs.previous,
-            next: &specs.next,
-        },
-        None,
-    );
+    let mut machine = FleetMachine::new(plan, &specs.revisions(), None);
     // A cluster's generator is seeded from its place among all the Fleet's clusters, so that
     // one joining later does not change the others' traffic.
     let seed_index: BTreeMap<&str, usize> = everyone
@@ -317,7 +287,7 @@ pub(super) fn simulate(
                 let spec = overlay.apply(&specs.next, Some(&revision.image));
                 images.insert(template_hash(&spec), revision.image.clone());
                 let (old, phase) = (machine.state.revision.clone(), machine.state.phase);
-                let message = if specs.change(&mut machine, spec) {
+                let message = if machine.change_spec(&mut specs, spec) {
                     format!(
                         "revision {} ({}) supersedes {old} ({})",
                         machine.state.revision,
@@ -346,9 +316,9 @@ pub(super) fn simulate(
                     EventCommand::Pause => commands.push(FleetCommand::Pause),
                     EventCommand::Resume => commands.push(FleetCommand::Resume),
                     EventCommand::Undo => {
-                        let target = specs.previous.clone();
+                        let target = specs.undo_target(None).expect("a previous spec");
                         let back_to = image(&target);
-                        message = if specs.change(&mut machine, target) {
+                        message = if machine.change_spec(&mut specs, target) {
                             format!("undo: revision {} ({back_to})", machine.state.revision)
                         } else {
                             "undo: nothing to undo".into()
@@ -369,7 +339,11 @@ pub(super) fn simulate(
                 present.insert(name.clone());
                 machine.replan(plan_of(inputs, &present)?);
                 // It runs what every cluster ran before the rollout: adopted from it.
-                machine.adopt(name, &previous);
+                machine.adopt(
+                    name,
+                    &previous,
+                    format!("{name} joins running {previous_image}: adopted on it"),
+                );
                 let world = World::new(
                     profiles[name.as_str()],
                     seed,
@@ -512,16 +486,18 @@ pub(super) fn simulate(
         for (name, observation) in observations.iter_mut() {
             observation.reachable = !fault_active(&machine, name, FaultKind::Unreachable);
         }
-        let output = machine.tick(
-            &Revisions {
-                previous: &specs.previous,
-                next: &specs.next,
-            },
-            &observations,
-            outcomes,
-            &commands,
-            now,
-        );
+        next_hash = template_hash(&specs.next);
+        let mut output = machine.tick(&specs.revisions(), &observations, outcomes, &commands, now);
+        if let Some(change) = machine.durable_change(&specs, committed.0.as_deref(), &committed.1) {
+            if committed.0.as_deref() != Some(change.revision.as_str()) {
+                committed.1.clear();
+            }
+            committed.0 = Some(change.revision.clone());
+            committed
+                .1
+                .extend(change.failed.iter().map(|f| f.name.clone()));
+            machine.record_durable(&change);
+        }
         for (cluster, action) in &output.actions {
             if !observations[cluster].reachable {
                 continue;
@@ -623,9 +599,11 @@ pub(super) fn simulate(
             state: &machine.state,
             plan: &machine.plan,
             images: &images,
-            revision_hash: &specs.next_hash,
+            revision_hash: &next_hash,
             events: &reports[first_report..],
+            decisions: &output.events,
         });
+        decisions.append(&mut output.events);
         // Done when the timeline is over, the fleet reached a final phase and nothing is still
         // moving toward it (a rolled-back cluster's traffic is back on its stable; paused
         // clusters stay as they are).
@@ -647,6 +625,7 @@ pub(super) fn simulate(
         }
         now += tick;
     }
+    decisions.extend(machine.flush_events(now));
     let state = &machine.state;
     let plan = &machine.plan;
     let outcome = match state.phase {
@@ -710,5 +689,6 @@ pub(super) fn simulate(
         waves,
         clusters,
         events: reports,
+        decisions,
     })
 }

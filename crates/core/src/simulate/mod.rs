@@ -46,6 +46,9 @@ pub struct Report {
     pub clusters: Vec<ClusterReport>,
     /// The scenario's events, as they were applied.
     pub events: Vec<EventReport>,
+    /// The fleet machine's decisions, in order, as the daemon's audit log records them
+    /// (including the durable change Git would get, taken as committed at once).
+    pub decisions: Vec<crate::fleet::FleetEvent>,
 }
 
 /// One applied event of a [`Report`].
@@ -353,6 +356,9 @@ mod timeline_tests;
 
 #[cfg(test)]
 mod evidence_tests;
+
+#[cfg(test)]
+mod decision_tests;
 
 /// How one judge (an AnalysisTemplate standing in for the Rollout's background analysis) did
 /// over repeated runs of a scenario: its false rollbacks of healthy clusters and its detections

@@ -286,7 +286,7 @@ async fn events(
     let stream = BroadcastStream::new(shared.events.subscribe()).filter_map(|entry| {
         let entry = entry.ok()?;
         let data = serde_json::to_string(&entry).ok()?;
-        Some(Ok(Event::default().event(entry.kind.clone()).data(data)))
+        Some(Ok(Event::default().event(entry.kind.as_str()).data(data)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }

@@ -15,8 +15,8 @@ use flotilla_agent::AgentClient;
 use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
-    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, FleetCommand,
-    FleetMachine, FleetPhase, FleetPlan, FleetState, PausedFor, Revisions,
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, Decision, DurableEdit,
+    Failure, FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs, FleetState,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
 use flotilla_core::rollout::{Action, AnalysisSlot, Observed, RolloutState, template_hash};
@@ -25,7 +25,7 @@ use flotilla_providers::Providers;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::record::{
-    AuditEntry, ClusterView, Evidence, FailureView, FleetRecord, FleetSummary, FleetView,
+    AuditEntry, AuditKind, ClusterView, FailureView, FleetRecord, FleetSummary, FleetView,
     MetricView, Notification, OperatorCommand, QueuedCommand, RolloutView, RunView, WaveView,
 };
 
@@ -229,16 +229,6 @@ fn with_tag(image: &str, version: &str) -> String {
     }
 }
 
-/// Whether a Paused cluster waits for a human's `promote` or `abort` (an inconclusive run, a
-/// pass without evidence, evidence past the progress deadline), not for evidence on its way.
-fn needs_a_human(cluster: &flotilla_core::fleet::ClusterState) -> bool {
-    match cluster.paused_for {
-        Some(PausedFor::Inconclusive | PausedFor::NoEvidence) => true,
-        Some(PausedFor::Evidence) => cluster.rollout.deadline_exceeded,
-        Some(PausedFor::Halt) | None => false,
-    }
-}
-
 fn first_image(rollout: &Rollout) -> String {
     rollout.first_image().unwrap_or_default().to_owned()
 }
@@ -304,9 +294,7 @@ impl FleetController {
             None => (
                 FleetRecord {
                     name: name.clone(),
-                    previous: desired.rollout.clone(),
-                    next: desired.rollout.clone(),
-                    history: Vec::new(),
+                    specs: FleetSpecs::new(desired.rollout.clone()),
                     source_hash: source_hash.clone(),
                     state: FleetState::default(),
                     reverted: None,
@@ -331,34 +319,20 @@ impl FleetController {
             }
         }
         record.adopting.retain(|c| plan.clusters.contains_key(c));
-        let mut machine = {
-            let revisions = Revisions {
-                previous: &record.previous,
-                next: &record.next,
-            };
-            let state = resumed.then(|| record.state.clone());
-            FleetMachine::new(plan.clone(), &revisions, state)
+        let mut machine = if resumed {
+            FleetMachine::resume(plan.clone(), &record.specs, record.state.clone())
+        } else {
+            FleetMachine::new(plan.clone(), &record.specs.revisions(), None)
         };
         machine.set_overlays(desired.overlays.clone());
-        // Every spec the record knows: a baseline the machine may name, a version an agent runs.
-        let mut versions = BTreeMap::new();
-        for spec in record
+        // Every spec the record knows: a version an agent runs.
+        let specs = &record.specs;
+        let versions = specs
             .history
             .iter()
-            .chain([&record.previous, &record.next])
-        {
-            machine.remember(spec);
-            versions.insert(template_hash(spec), image_version(&first_image(spec)));
-        }
-        // Measurements in flight when the previous process died are taken again.
-        for cluster in machine.state.clusters.values_mut() {
-            for run in cluster.runs.values_mut() {
-                run.abandon_in_flight();
-            }
-        }
-        if let Some(wave_run) = machine.state.wave_run.as_mut() {
-            wave_run.run.abandon_in_flight();
-        }
+            .chain([&specs.previous, &specs.next])
+            .map(|spec| (template_hash(spec), image_version(&first_image(spec))))
+            .collect();
         let mut controller_clusters = BTreeMap::new();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
         for cluster in &desired.fleet.spec.clusters {
@@ -384,7 +358,7 @@ impl FleetController {
         }
         let changed = source_hash != record.source_hash;
         record.source_hash = source_hash;
-        record.state = machine.state.clone();
+        record.state = machine.state().clone();
         let mut controller = FleetController {
             record,
             machine,
@@ -404,7 +378,7 @@ impl FleetController {
         };
         if changed {
             controller.change_spec(desired.rollout.clone());
-            controller.record.state = controller.machine.state.clone();
+            controller.record.state = controller.machine.state().clone();
         }
         if resumed {
             controller.reassert();
@@ -429,7 +403,7 @@ impl FleetController {
         } else {
             format!(
                 "the desired state was refused; the fleet keeps running its last valid one ({}):\n{}",
-                first_image(&self.record.next),
+                first_image(&self.record.specs.next),
                 errors.join("\n")
             )
         };
@@ -439,26 +413,24 @@ impl FleetController {
             tracing::error!(fleet = %self.record.name, "{message}");
         }
         self.invalid = errors;
-        let revision = self.machine.state.revision.clone();
-        self.pending.0.push(AuditEntry {
-            seq: 0,
-            time: now,
-            fleet: self.record.name.clone(),
-            revision: revision.clone(),
-            kind: if self.invalid.is_empty() {
-                "sync"
-            } else {
-                "invalid"
-            }
-            .into(),
-            cluster: None,
-            message: message.clone(),
-            evidence: Vec::new(),
-            operator: None,
-        });
+        let revision = self.machine.state().revision.clone();
+        let kind = if self.invalid.is_empty() {
+            AuditKind::Sync
+        } else {
+            AuditKind::Invalid
+        };
+        self.pending.0.push(AuditEntry::new(
+            now,
+            &self.record.name,
+            &revision,
+            kind,
+            None,
+            message.clone(),
+        ));
         if !self.invalid.is_empty() {
             self.pending.1.push(Notification {
                 event: "desired-state-invalid".into(),
+                id: format!("{}/{revision}/invalid/{now}", self.record.name),
                 fleet: self.record.name.clone(),
                 revision,
                 cluster: None,
@@ -472,27 +444,11 @@ impl FleetController {
 
     /// A new desired Rollout: the supersede rule.
     fn change_spec(&mut self, next: Rollout) {
-        if template_hash(&next) == template_hash(&self.record.next) {
-            return;
+        let hash = template_hash(&next);
+        let version = image_version(&first_image(&next));
+        if self.machine.change_spec(&mut self.record.specs, next) {
+            self.versions.insert(hash, version);
         }
-        let old_previous = self.record.previous.clone();
-        let old_next = self.record.next.clone();
-        self.machine.supersede(
-            &Revisions {
-                previous: &old_previous,
-                next: &old_next,
-            },
-            &Revisions {
-                previous: &old_next,
-                next: &next,
-            },
-        );
-        self.keep_in_history(old_previous);
-        self.versions
-            .insert(template_hash(&next), image_version(&first_image(&next)));
-        self.machine.remember(&next);
-        self.record.previous = old_next;
-        self.record.next = next;
     }
 
     /// A new desired state from the source (a Git commit). A changed Rollout is a new fleet
@@ -521,7 +477,7 @@ impl FleetController {
                         parts.push("env".into());
                     }
                     if let Some(pin) = &o.pin {
-                        let state = if pin.rejects == self.machine.state.revision {
+                        let state = if pin.rejects == self.machine.state().revision {
                             "active"
                         } else {
                             "lapsed"
@@ -534,14 +490,13 @@ impl FleetController {
                     format!("{cluster}: {}", parts.join(", "))
                 })
                 .collect();
-            audit.push(AuditEntry {
-                seq: 0,
-                time: now,
-                fleet: self.record.name.clone(),
-                revision: self.machine.state.revision.clone(),
-                kind: "sync".into(),
-                cluster: None,
-                message: format!(
+            audit.push(AuditEntry::new(
+                now,
+                &self.record.name,
+                &self.machine.state().revision,
+                AuditKind::Sync,
+                None,
+                format!(
                     "commit {short}: overlays {}",
                     if described.is_empty() {
                         "none".to_owned()
@@ -549,69 +504,32 @@ impl FleetController {
                         described.join("; ")
                     }
                 ),
-                evidence: Vec::new(),
-                operator: None,
-            });
+            ));
         }
         if hash == self.record.source_hash {
-            self.record.state = self.machine.state.clone();
+            self.record.state = self.machine.state().clone();
             return audit;
         }
-        self.record.source_hash = hash.clone();
-        let state = &self.machine.state;
-        let agrees = hash == template_hash(&self.record.previous)
-            && matches!(state.phase, FleetPhase::Halted | FleetPhase::Aborted)
-            && !state
-                .clusters
-                .values()
-                .any(|c| c.status == ClusterStatus::Validated);
-        let message = if agrees {
-            let spec = desired.rollout.clone();
-            let rejections = state.rejections.clone();
-            let engines: Vec<(String, RolloutState)> = state
-                .clusters
-                .iter()
-                .map(|(name, c)| (name.clone(), c.rollout.clone()))
-                .collect();
-            let old_next = std::mem::replace(&mut self.record.next, spec.clone());
-            self.keep_in_history(old_next);
-            let plan = self.machine.plan.clone();
-            self.machine = FleetMachine::new(
-                plan,
-                &Revisions {
-                    previous: &spec,
-                    next: &spec,
-                },
-                None,
-            );
-            for known in &self.record.history {
-                self.machine.remember(known);
-            }
-            self.machine.set_overlays(desired.overlays.clone());
-            self.machine.state.rejections = rejections;
-            // Each cluster keeps its rollout engine's state, so that the engine sees the spec
-            // return to its stable template: a canary still in flight (a cluster paused by the
-            // halt) or aborted with its scale-down pending gets weight 0 and no replicas, as an
-            // Argo rollback to the stable revision does; a fresh state would take the cluster
-            // for a first deployment and leave the rejected canary where it stood.
-            for (name, engine) in engines {
-                if let Some(cluster) = self.machine.state.clusters.get_mut(&name) {
-                    cluster.rollout = engine;
-                }
-            }
-            self.record.previous = spec;
+        self.record.source_hash = hash;
+        let (old_revision, old_phase) = (
+            self.machine.state().revision.clone(),
+            self.machine.state().phase,
+        );
+        let message = if self
+            .machine
+            .settle(&mut self.record.specs, desired.rollout.clone())
+        {
             format!(
                 "commit {short}: Git agrees with the rollback ({}); nothing to roll out",
-                first_image(&self.record.next)
+                first_image(&self.record.specs.next)
             )
         } else {
-            let (old_revision, old_phase) = (state.revision.clone(), state.phase);
             self.change_spec(desired.rollout.clone());
             let mut message = format!(
                 "commit {short}: new desired revision {}",
-                first_image(&self.record.next)
+                first_image(&self.record.specs.next)
             );
-            let revision = &self.machine.state.revision;
+            let revision = &self.machine.state().revision;
             if !old_revision.is_empty() && &old_revision != revision {
                 message.push_str(&format!(
                     " (fleet revision {revision} supersedes {old_revision}, {})",
@@ -620,158 +538,106 @@ impl FleetController {
             }
             message
         };
-        self.record.state = self.machine.state.clone();
-        audit.push(AuditEntry {
-            seq: 0,
-            time: now,
-            fleet: self.record.name.clone(),
-            revision: self.machine.state.revision.clone(),
-            kind: "sync".into(),
-            cluster: None,
+        self.record.state = self.machine.state().clone();
+        audit.push(AuditEntry::new(
+            now,
+            &self.record.name,
+            &self.machine.state().revision,
+            AuditKind::Sync,
+            None,
             message,
-            evidence: Vec::new(),
-            operator: None,
-        });
+        ));
         audit
     }
 
-    /// The durable change Git needs, once per fleet revision (until [`Self::committed`]):
-    /// - the fleet halted and no cluster was validated on the new revision: the Rollout's image
-    ///   returns to the previous one for the whole fleet (seed 004's `git revert`);
-    /// - some clusters were validated and others failed (the fleet halted or completed within
-    ///   its failure budget): a pin of exactly the failed clusters in their overlays, naming the
-    ///   revision it rejects.
+    /// The durable change Git needs, once per fleet revision (until [`Self::committed`]): the
+    /// core's decision ([`FleetMachine::durable_change`]) in Git's words.
     pub fn change_needed(&self) -> Option<super::source::GitChange> {
         use super::source::{Edit, GitChange};
-        let state = &self.machine.state;
-        if !matches!(state.phase, FleetPhase::Halted | FleetPhase::Completed) {
-            return None;
-        }
-        // Committed for this revision already: only clusters that failed since (after a retry)
-        // still need a pin; a revert is never made twice.
-        let already = self.record.reverted.as_deref() == Some(state.revision.as_str());
-        let validated: Vec<&String> = state
-            .clusters
-            .iter()
-            .filter(|(_, c)| c.status == ClusterStatus::Validated)
-            .map(|(n, _)| n)
-            .collect();
-        let failed: Vec<(&String, &flotilla_core::fleet::ClusterState)> = state
-            .clusters
-            .iter()
-            .filter(|(n, c)| {
-                c.status == ClusterStatus::RolledBack
-                    && state
-                        .rejections
-                        .contains(&((*n).clone(), state.revision.clone()))
-                    && !(already && self.record.pinned.contains(*n))
-            })
-            .collect();
-        if already && (validated.is_empty() || failed.is_empty()) {
-            return None;
-        }
-        let bad_image = first_image(&self.record.next);
-        let good_image = first_image(&self.record.previous);
-        if bad_image == good_image || bad_image.is_empty() || good_image.is_empty() {
-            return None;
-        }
-        let rollout = self.record.next.metadata.name.clone().unwrap_or_default();
+        let change = self.machine.durable_change(
+            &self.record.specs,
+            self.record.reverted.as_deref(),
+            &self.record.pinned,
+        )?;
+        let rollout = self
+            .record
+            .specs
+            .next
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        let state = self.machine.state();
         let mut trailers = String::new();
-        for (cluster, _) in &failed {
-            trailers.push_str(&format!("Flotilla-Cluster: {cluster}\n"));
+        for failed in &change.failed {
+            trailers.push_str(&format!("Flotilla-Cluster: {}\n", failed.name));
         }
-        for (_, c) in &failed {
-            if let Some(f) = &c.failure {
+        for failed in &change.failed {
+            if let Some(f) = &failed.failure {
                 trailers.push_str(&format!("Flotilla-Metric: {}={}\n", f.metric, f.value));
             }
         }
-        trailers.push_str(&format!("Flotilla-Revision: {}\n", state.revision));
-        let phase = format!("{:?}", state.phase).to_lowercase();
-        if validated.is_empty() {
-            if state.phase != FleetPhase::Halted {
-                return None;
-            }
-            return Some(GitChange {
+        trailers.push_str(&format!("Flotilla-Revision: {}\n", change.revision));
+        let (bad_image, good_image) = (&change.bad_image, &change.good_image);
+        let fleet = &self.record.name;
+        let revision = &change.revision;
+        Some(match change.edit {
+            DurableEdit::Revert => GitChange {
                 rollout: rollout.clone(),
-                revision: state.revision.clone(),
+                revision: revision.clone(),
                 edit: Edit::Revert {
                     bad_image: bad_image.clone(),
                     good_image: good_image.clone(),
                 },
                 body: format!(
-                    "flotilla: roll {rollout} back to {good_image}\n\nFleet rollout {} halted on revision {} ({bad_image}): {}\nNo cluster was validated on it, so the whole fleet returns to {good_image}.",
-                    self.record.name, state.revision, state.message
+                    "flotilla: roll {rollout} back to {good_image}\n\nFleet rollout {fleet} halted on revision {revision} ({bad_image}): {}\nNo cluster was validated on it, so the whole fleet returns to {good_image}.",
+                    state.message
                 ),
                 trailers,
-                proposal_branch: format!(
-                    "flotilla/rollback-{}-{}",
-                    self.record.name, state.revision
-                ),
-            });
-        }
-        if failed.is_empty() {
-            return None;
-        }
-        let revisions = Revisions {
-            previous: &self.record.previous,
-            next: &self.record.next,
-        };
-        // Each failed cluster stays on what it runs now: its previous (or baseline) image.
-        let clusters: Vec<(String, String)> = failed
-            .iter()
-            .map(|(name, _)| {
-                let mut machine_spec = self
-                    .machine
-                    .cluster_spec(name, &revisions)
-                    .map(|s| first_image(&s))
-                    .unwrap_or_default();
-                if machine_spec.is_empty() || machine_spec == bad_image {
-                    machine_spec = good_image.clone();
-                }
-                ((*name).clone(), machine_spec)
-            })
-            .collect();
-        let names: Vec<&str> = clusters.iter().map(|(c, _)| c.as_str()).collect();
-        let reasons: Vec<String> = failed
-            .iter()
-            .map(|(name, c)| match &c.failure {
-                Some(f) => format!("{name}: metric {} = {} ({})", f.metric, f.value, f.message),
-                None => format!("{name}: {}", c.reason),
-            })
-            .collect();
-        Some(GitChange {
-            rollout: rollout.clone(),
-            revision: state.revision.clone(),
-            edit: Edit::Pin {
-                clusters: clusters.clone(),
+                proposal_branch: format!("flotilla/rollback-{fleet}-{revision}"),
             },
-            body: format!(
-                "flotilla: pin {} of {rollout} to {}\n\nFleet rollout {} {phase} on revision {} ({bad_image}).\nFailed: {}.\nValidated and kept on {bad_image}: {}.\nThe pin rejects revision {} for the failed clusters only; it lapses when Git's desired revision changes (a fix-forward).",
-                names.join(", "),
-                clusters
+            DurableEdit::Pin => {
+                let clusters: Vec<(String, String)> = change
+                    .failed
                     .iter()
-                    .map(|(_, i)| i.as_str())
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.record.name,
-                state.revision,
-                reasons.join("; "),
-                validated
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                state.revision
-            ),
-            trailers,
-            proposal_branch: format!("flotilla/pin-{}-{}", self.record.name, state.revision),
+                    .map(|f| (f.name.clone(), f.image.clone()))
+                    .collect();
+                let names: Vec<&str> = clusters.iter().map(|(c, _)| c.as_str()).collect();
+                let images: std::collections::BTreeSet<&str> =
+                    clusters.iter().map(|(_, i)| i.as_str()).collect();
+                let reasons: Vec<&str> = change.failed.iter().map(|f| f.reason.as_str()).collect();
+                GitChange {
+                    rollout: rollout.clone(),
+                    revision: revision.clone(),
+                    edit: Edit::Pin {
+                        clusters: clusters.clone(),
+                    },
+                    body: format!(
+                        "flotilla: pin {} of {rollout} to {}\n\nFleet rollout {fleet} {} on revision {revision} ({bad_image}).\nFailed: {}.\nValidated and kept on {bad_image}: {}.\nThe pin rejects revision {revision} for the failed clusters only; it lapses when Git's desired revision changes (a fix-forward).",
+                        names.join(", "),
+                        images.into_iter().collect::<Vec<_>>().join(", "),
+                        format!("{:?}", state.phase).to_lowercase(),
+                        reasons.join("; "),
+                        change.validated.join(", "),
+                    ),
+                    trailers,
+                    proposal_branch: format!("flotilla/pin-{fleet}-{revision}"),
+                }
+            }
         })
     }
 
     /// The durable change of `revision` reached Git (or Git already said it): never again.
     pub fn committed(&mut self, revision: &str, status: String, pinned: Vec<String>) {
+        // The decision, as the core made it, is recorded with the commit.
+        if let Some(change) = self.machine.durable_change(
+            &self.record.specs,
+            self.record.reverted.as_deref(),
+            &self.record.pinned,
+        ) && change.revision == revision
+        {
+            self.machine.record_durable(&change);
+        }
         if self.record.reverted.as_deref() != Some(revision) {
             self.record.pinned.clear();
         }
@@ -785,18 +651,10 @@ impl FleetController {
         self.record.git_status = Some(status);
     }
 
-    /// Adds a spec to the revision history (what `undo` returns to), once per pod template.
-    fn keep_in_history(&mut self, spec: Rollout) {
-        let hash = template_hash(&spec);
-        if !self.record.history.iter().any(|h| template_hash(h) == hash) {
-            self.record.history.push(spec);
-        }
-    }
-
     /// After a restart: every cluster's last intent again (all idempotent), since the process
     /// cannot know which of its last actions took effect.
     fn reassert(&mut self) {
-        let names: Vec<String> = self.machine.state.clusters.keys().cloned().collect();
+        let names: Vec<String> = self.machine.state().clusters.keys().cloned().collect();
         for name in names {
             self.reassert_cluster(&name);
         }
@@ -805,14 +663,11 @@ impl FleetController {
     /// One cluster's last intent again, with the spec it runs (overlay, pin or baseline).
     fn reassert_cluster(&mut self, name: &str) {
         self.learn_versions();
-        let revisions = Revisions {
-            previous: &self.record.previous,
-            next: &self.record.next,
-        };
+        let revisions = self.record.specs.revisions();
         let Some(spec) = self.machine.cluster_spec(name, &revisions) else {
             return;
         };
-        let cluster = &self.machine.state.clusters[name];
+        let cluster = &self.machine.state().clusters[name];
         let actions = flotilla_core::rollout::desired_actions(&cluster.rollout, &spec);
         let placement = self.placement(&cluster.rollout);
         if let Some(handle) = self.clusters.get(name) {
@@ -848,59 +703,56 @@ impl FleetController {
         let (audit, notifications) = std::mem::take(&mut self.pending);
         out.audit = audit;
         out.notifications = notifications;
-        let before = self.machine.state.clone();
+        // Fleet commands go to the machine, which accepts or refuses each (its events, in
+        // order, carry the operator); the spec changes are the daemon's own.
         let mut fleet_commands = Vec::new();
+        let mut operators = std::collections::VecDeque::new();
         for queued in commands {
             out.consumed.push(queued.id);
-            let mut entry = AuditEntry {
-                seq: 0,
-                time: now,
-                fleet: self.record.name.clone(),
-                revision: self.machine.state.revision.clone(),
-                kind: "command".into(),
-                cluster: None,
-                message: describe_command(&queued.command),
-                evidence: Vec::new(),
-                operator: Some(queued.operator.clone()),
+            let fleet_command = match &queued.command {
+                OperatorCommand::Pause => Some(FleetCommand::Pause),
+                OperatorCommand::Resume => Some(FleetCommand::Resume),
+                OperatorCommand::Retry => Some(FleetCommand::Retry),
+                OperatorCommand::Abort { cluster } => Some(FleetCommand::Abort {
+                    cluster: cluster.clone(),
+                }),
+                OperatorCommand::Promote { wave, full } => Some(FleetCommand::Promote {
+                    wave: *wave,
+                    full: *full,
+                    cluster: None,
+                }),
+                OperatorCommand::SetImage { .. } | OperatorCommand::Undo { .. } => None,
             };
-            match &queued.command {
-                OperatorCommand::Pause => fleet_commands.push(FleetCommand::Pause),
-                OperatorCommand::Resume => fleet_commands.push(FleetCommand::Resume),
-                OperatorCommand::Retry => fleet_commands.push(FleetCommand::Retry),
-                OperatorCommand::Abort { cluster } => {
-                    entry.cluster = cluster.clone();
-                    fleet_commands.push(FleetCommand::Abort {
-                        cluster: cluster.clone(),
-                    });
-                }
-                OperatorCommand::Promote { wave, full } => {
-                    fleet_commands.push(FleetCommand::Promote {
-                        wave: *wave,
-                        full: *full,
-                        cluster: None,
-                    });
-                }
-                OperatorCommand::SetImage { container, image } => {
-                    match with_image(&self.record.next, container.as_deref(), image) {
-                        Ok(next) => self.change_spec(next),
-                        Err(e) => entry.message = format!("{}: refused: {e}", entry.message),
-                    }
-                }
-                OperatorCommand::Undo { to_revision } => {
-                    let mut specs = self.record.history.clone();
-                    specs.push(self.record.previous.clone());
-                    let target = match to_revision {
-                        Some(n) => specs.get(n.saturating_sub(1)).cloned(),
-                        None => Some(self.record.previous.clone()),
-                    };
-                    match target {
-                        Some(spec) => self.change_spec(spec),
-                        None => {
-                            entry.message = format!("{}: refused: no such revision", entry.message)
-                        }
-                    }
-                }
+            if let Some(command) = fleet_command {
+                fleet_commands.push(command);
+                operators.push_back((queued.operator.clone(), describe_command(&queued.command)));
+                continue;
             }
+            let mut message = describe_command(&queued.command);
+            let spec = match &queued.command {
+                OperatorCommand::SetImage { container, image } => {
+                    with_image(&self.record.specs.next, container.as_deref(), image)
+                }
+                OperatorCommand::Undo { to_revision } => self
+                    .record
+                    .specs
+                    .undo_target(*to_revision)
+                    .ok_or_else(|| "no such revision".to_owned()),
+                _ => unreachable!("a fleet command"),
+            };
+            match spec {
+                Ok(spec) => self.change_spec(spec),
+                Err(e) => message = format!("{message}: refused: {e}"),
+            }
+            let mut entry = AuditEntry::new(
+                now,
+                &self.record.name,
+                &self.machine.state().revision,
+                AuditKind::Command,
+                None,
+                message,
+            );
+            entry.operator = Some(queued.operator.clone());
             out.audit.push(entry);
         }
         // Observations: each cluster's latest, if fresh, and when it was taken.
@@ -928,7 +780,7 @@ impl FleetController {
         for name in adopting {
             if let Some((_, _, stable)) = fresh.get(&name) {
                 let stable = stable.clone();
-                self.adopt(&name, stable, now, &mut out);
+                self.adopt(&name, stable);
             }
         }
         // Level-triggered: a cluster that does not run what was decided for it is repaired, and
@@ -952,21 +804,44 @@ impl FleetController {
         while let Ok(outcome) = self.outcomes_rx.try_recv() {
             outcomes.push(outcome);
         }
-        let revisions = Revisions {
-            previous: &self.record.previous,
-            next: &self.record.next,
-        };
-        let output = self
-            .machine
-            .tick(&revisions, &observations, outcomes, &fleet_commands, now);
+        let output = self.machine.tick(
+            &self.record.specs.revisions(),
+            &observations,
+            outcomes,
+            &fleet_commands,
+            now,
+        );
         for (cluster, action) in output.actions {
             out.actions.entry(cluster).or_default().push(action);
         }
         out.measurements = output.measurements;
         self.learn_versions();
-        self.decisions(&before, now, &mut out);
+        for event in &output.events {
+            let mut entry = audit_entry(&self.record.name, event);
+            // A command's entry says it as the operator gave it, with who gave it.
+            match &event.decision {
+                Decision::CommandAccepted { .. } | Decision::CommandRefused { .. } => {
+                    if let Some((operator, said)) = operators.pop_front() {
+                        entry.operator = Some(operator);
+                        entry.message = match &event.decision {
+                            Decision::CommandRefused { why, .. } => {
+                                format!("{said}: refused: {why}")
+                            }
+                            _ => said,
+                        };
+                    }
+                }
+                _ => {}
+            }
+            out.audit.push(entry);
+            out.notifications.extend(notifications_of(
+                &self.record.name,
+                &self.record.specs,
+                event,
+            ));
+        }
         self.check_drift(&stable_versions, now, &mut out);
-        self.record.state = self.machine.state.clone();
+        self.record.state = self.machine.state().clone();
         out
     }
 
@@ -975,11 +850,8 @@ impl FleetController {
     /// version is adopted as it is; one on another version keeps it as its baseline and gets the
     /// manifest's revision through its wave, on evidence; only a cluster that runs nothing gets
     /// it directly (Argo's first deployment).
-    fn adopt(&mut self, name: &str, running: Option<String>, now: Millis, out: &mut TickOutput) {
-        let revisions = Revisions {
-            previous: &self.record.previous,
-            next: &self.record.next,
-        };
+    fn adopt(&mut self, name: &str, running: Option<String>) {
+        let revisions = self.record.specs.revisions();
         let Some(spec) = self.machine.cluster_spec(name, &revisions) else {
             return;
         };
@@ -1010,7 +882,8 @@ impl FleetController {
                 }
             }
         };
-        if !self.machine.adopt(name, &baseline) {
+        tracing::info!(fleet = %self.record.name, cluster = %name, "{message}");
+        if !self.machine.adopt(name, &baseline, message) {
             // Reconciled already (a record of an earlier release): nothing to adopt.
             self.record.adopting.remove(name);
             return;
@@ -1018,20 +891,8 @@ impl FleetController {
         let hash = template_hash(&baseline);
         self.versions
             .insert(hash, image_version(&first_image(&baseline)));
-        self.keep_in_history(baseline);
+        self.record.specs.keep(baseline);
         self.record.adopting.remove(name);
-        tracing::info!(fleet = %self.record.name, cluster = %name, "{message}");
-        out.audit.push(AuditEntry {
-            seq: 0,
-            time: now,
-            fleet: self.record.name.clone(),
-            revision: self.machine.state.revision.clone(),
-            kind: "adopt".into(),
-            cluster: Some(name.to_owned()),
-            message,
-            evidence: Vec::new(),
-            operator: None,
-        });
     }
 
     /// Compares each cluster's fresh observation, taken after every action sent to it was
@@ -1052,7 +913,7 @@ impl FleetController {
             if self.record.adopting.contains(name) || !handle.quiet.settled_before(*at) {
                 continue;
             }
-            let Some(cluster) = self.machine.state.clusters.get(name) else {
+            let Some(cluster) = self.machine.state().clusters.get(name) else {
                 continue;
             };
             match divergence(
@@ -1070,22 +931,20 @@ impl FleetController {
             }
         }
         for (name, why) in repairs {
-            let status = self.machine.state.clusters[&name].status;
+            let state = self.machine.state();
+            let status = state.clusters[&name].status;
             let message = format!(
                 "{name} ({status:?}): {why}; re-applying what was decided (held until it matches)"
             );
             tracing::warn!(fleet = %self.record.name, cluster = %name, "{message}");
-            out.audit.push(AuditEntry {
-                seq: 0,
-                time: now,
-                fleet: self.record.name.clone(),
-                revision: self.machine.state.revision.clone(),
-                kind: "repair".into(),
-                cluster: Some(name.clone()),
+            out.audit.push(AuditEntry::new(
+                now,
+                &self.record.name,
+                &state.revision,
+                AuditKind::Repair,
+                Some(&name),
                 message,
-                evidence: Vec::new(),
-                operator: None,
-            });
+            ));
             self.repairing.insert(name.clone());
             self.reassert_cluster(&name);
         }
@@ -1102,7 +961,7 @@ impl FleetController {
         now: Millis,
         out: &mut TickOutput,
     ) {
-        let state = &self.machine.state;
+        let state = self.machine.state();
         let settled = matches!(
             state.phase,
             FleetPhase::Completed | FleetPhase::Halted | FleetPhase::Aborted
@@ -1131,16 +990,15 @@ impl FleetController {
         }
         let fleet = self.record.name.clone();
         let revision = state.revision.clone();
-        let entry = |cluster: &str, message: String| AuditEntry {
-            seq: 0,
-            time: now,
-            fleet: fleet.clone(),
-            revision: revision.clone(),
-            kind: "drift".into(),
-            cluster: Some(cluster.to_owned()),
-            message,
-            evidence: Vec::new(),
-            operator: None,
+        let entry = |cluster: &str, message: String| {
+            AuditEntry::new(
+                now,
+                &fleet,
+                &revision,
+                AuditKind::Drift,
+                Some(cluster),
+                message,
+            )
         };
         let drifting: Vec<String> = seen.iter().map(|(n, _, _)| n.clone()).collect();
         let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.drift)
@@ -1205,7 +1063,7 @@ impl FleetController {
     /// after the tick was persisted.
     pub fn dispatch(&mut self, out: TickOutput) {
         for (name, actions) in out.actions {
-            let Some(cluster) = self.machine.state.clusters.get(&name) else {
+            let Some(cluster) = self.machine.state().clusters.get(&name) else {
                 continue;
             };
             let placement = self.placement(&cluster.rollout);
@@ -1215,7 +1073,7 @@ impl FleetController {
         }
         // Placement for the observers, also where nothing acted.
         for (name, handle) in &self.clusters {
-            if let Some(cluster) = self.machine.state.clusters.get(name) {
+            if let Some(cluster) = self.machine.state().clusters.get(name) {
                 handle.place(self.placement(&cluster.rollout));
             }
         }
@@ -1256,190 +1114,16 @@ impl FleetController {
         }
     }
 
-    /// Turns the difference between two states into audit entries and notifications.
-    fn decisions(&self, before: &FleetState, now: Millis, out: &mut TickOutput) {
-        let after = &self.machine.state;
-        let fleet = self.record.name.clone();
-        let revision = after.revision.clone();
-        let entry =
-            |kind: &str, cluster: Option<&str>, message: String, evidence: Vec<Evidence>| {
-                AuditEntry {
-                    seq: 0,
-                    time: now,
-                    fleet: fleet.clone(),
-                    revision: revision.clone(),
-                    kind: kind.into(),
-                    cluster: cluster.map(str::to_owned),
-                    message,
-                    evidence,
-                    operator: None,
-                }
-            };
-        let notification = |event: &str, cluster: Option<&str>, message: String| Notification {
-            event: event.into(),
-            fleet: fleet.clone(),
-            revision: revision.clone(),
-            cluster: cluster.map(str::to_owned),
-            metric: None,
-            value: None,
-            message,
-            time: now,
-        };
-        if before.revision != after.revision && !before.revision.is_empty() {
-            out.audit.push(entry(
-                "fleet",
-                None,
-                format!(
-                    "new fleet revision {} ({}) supersedes {}",
-                    after.revision,
-                    first_image(&self.record.next),
-                    before.revision
-                ),
-                Vec::new(),
-            ));
-        }
-        for (name, cluster) in &after.clusters {
-            let old = before.clusters.get(name);
-            let evidence = evidence_of(name, cluster);
-            let old_status = old.map(|c| c.status);
-            if old_status != Some(cluster.status) {
-                let (kind, message) = match cluster.status {
-                    ClusterStatus::Progressing => (
-                        "advance",
-                        format!("{name} starts revision {}", first_image(&self.record.next)),
-                    ),
-                    ClusterStatus::Validated => ("validate", format!("{name}: {}", cluster.reason)),
-                    ClusterStatus::Paused => ("pause", format!("{name}: {}", cluster.reason)),
-                    ClusterStatus::RolledBack => {
-                        ("rollback", format!("{name}: {}", cluster.reason))
-                    }
-                    ClusterStatus::Held => ("hold", format!("{name}: {}", cluster.reason)),
-                    ClusterStatus::Skipped => ("skip", format!("{name}: {}", cluster.reason)),
-                    ClusterStatus::NotStarted => ("reset", format!("{name}: waits for its wave")),
-                    ClusterStatus::Pinned => ("pin", format!("{name}: {}", cluster.reason)),
-                };
-                out.audit
-                    .push(entry(kind, Some(name), message, evidence.clone()));
-                if cluster.status == ClusterStatus::Paused && needs_a_human(cluster) {
-                    out.notifications.push(notification(
-                        "cluster-paused",
-                        Some(name),
-                        format!("{fleet}: cluster {name} paused: {}", cluster.reason),
-                    ));
-                }
-                if cluster.status == ClusterStatus::RolledBack {
-                    let (metric, value, why) = match &cluster.failure {
-                        Some(f) => (
-                            Some(f.metric.clone()),
-                            Some(f.value.clone()),
-                            format!("metric {} = {} ({})", f.metric, f.value, f.message),
-                        ),
-                        None => (None, None, cluster.reason.clone()),
-                    };
-                    let message = format!(
-                        "{fleet}: cluster {name} rolled back from {}: {why}",
-                        first_image(&self.record.next)
-                    );
-                    for event in ["rollout-aborted", "analysis-failed"] {
-                        if event == "analysis-failed" && metric.is_none() {
-                            continue;
-                        }
-                        let mut n = notification(event, Some(name), message.clone());
-                        n.metric = metric.clone();
-                        n.value = value.clone();
-                        out.notifications.push(n);
-                    }
-                }
-            }
-            // A hold for evidence that runs past the progress deadline: the same Paused, now
-            // for a human.
-            if old_status == Some(ClusterStatus::Paused)
-                && cluster.status == ClusterStatus::Paused
-                && cluster.paused_for == Some(PausedFor::Evidence)
-                && cluster.rollout.deadline_exceeded
-                && !old.is_some_and(|o| o.rollout.deadline_exceeded)
-            {
-                out.audit.push(entry(
-                    "pause",
-                    Some(name),
-                    format!("{name}: {}", cluster.reason),
-                    evidence.clone(),
-                ));
-                out.notifications.push(notification(
-                    "cluster-paused",
-                    Some(name),
-                    format!("{fleet}: cluster {name} paused: {}", cluster.reason),
-                ));
-            }
-            for message in calibrations(name, old, cluster) {
-                out.audit
-                    .push(entry("calibrate", Some(name), message, Vec::new()));
-            }
-            let old_step = old.and_then(|c| c.rollout.step_index);
-            if cluster.status == ClusterStatus::Progressing
-                && old_step.is_some()
-                && cluster.rollout.step_index > old_step
-            {
-                let steps = self.record.next.canary().map_or(0, |c| c.steps.len());
-                out.audit.push(entry(
-                    "advance",
-                    Some(name),
-                    format!(
-                        "{name}: step {}/{steps} (canary weight {})",
-                        cluster.rollout.step_index.unwrap_or(0),
-                        cluster.rollout.desired_weight.unwrap_or(0)
-                    ),
-                    evidence,
-                ));
-            }
-        }
-        for (i, completed) in after.wave_completed_at.iter().enumerate() {
-            let was = before.wave_completed_at.get(i).copied().flatten();
-            if completed.is_some() && was.is_none() {
-                let members = self.machine.plan.waves.get(i).cloned().unwrap_or_default();
-                let message = format!("{fleet}: wave {} completed ({})", i + 1, members.join(", "));
-                out.audit
-                    .push(entry("wave", None, message.clone(), Vec::new()));
-                out.notifications
-                    .push(notification("wave-completed", None, message));
-            }
-        }
-        if before.phase != after.phase {
-            let message = format!("{fleet}: fleet {:?}: {}", after.phase, after.message);
-            out.audit
-                .push(entry("fleet", None, message.clone(), Vec::new()));
-            let event = match after.phase {
-                FleetPhase::Completed => Some("fleet-completed"),
-                FleetPhase::Halted => Some("fleet-halted"),
-                FleetPhase::Aborted => Some("fleet-aborted"),
-                _ => None,
-            };
-            if let Some(event) = event {
-                let mut n = notification(event, None, message);
-                if let Some((name, c)) = after
-                    .clusters
-                    .iter()
-                    .find(|(_, c)| c.failure.is_some() && c.status == ClusterStatus::RolledBack)
-                {
-                    n.cluster = Some(name.clone());
-                    n.metric = c.failure.as_ref().map(|f| f.metric.clone());
-                    n.value = c.failure.as_ref().map(|f| f.value.clone());
-                }
-                out.notifications.push(n);
-            }
-        }
-    }
-
     /// The summary line of the list answer.
     pub fn summary(&self) -> FleetSummary {
-        let state = &self.machine.state;
+        let state = self.machine.state();
         FleetSummary {
             name: self.record.name.clone(),
             revision: state.revision.clone(),
-            image: first_image(&self.record.next),
+            image: first_image(&self.record.specs.next),
             phase: state.outcome(),
-            wave: (state.wave + 1).min(self.machine.plan.waves.len()),
-            waves: self.machine.plan.waves.len(),
+            wave: (state.wave + 1).min(self.machine.plan().waves.len()),
+            waves: self.machine.plan().waves.len(),
             message: state.message.clone(),
             errors: self.invalid.clone(),
         }
@@ -1447,13 +1131,13 @@ impl FleetController {
 
     /// The whole view: waves → clusters → step, weights, analysis.
     pub fn view(&self) -> FleetView {
-        let state = &self.machine.state;
-        let plan = &self.machine.plan;
+        let state = self.machine.state();
+        let plan = self.machine.plan();
         FleetView {
             name: self.record.name.clone(),
             revision: state.revision.clone(),
-            image: first_image(&self.record.next),
-            previous_image: first_image(&self.record.previous),
+            image: first_image(&self.record.specs.next),
+            previous_image: first_image(&self.record.specs.previous),
             phase: state.outcome(),
             message: state.message.clone(),
             wave: (state.wave + 1).min(plan.waves.len()),
@@ -1475,12 +1159,12 @@ impl FleetController {
     }
 
     fn cluster_view(&self, name: &str) -> ClusterView {
-        let cluster = &self.machine.state.clusters[name];
+        let cluster = &self.machine.state().clusters[name];
         let engine = &cluster.rollout;
         let spec = if cluster.on_new_spec {
-            &self.record.next
+            &self.record.specs.next
         } else {
-            &self.record.previous
+            &self.record.specs.previous
         };
         let version = |r: Option<u32>| {
             r.and_then(|n| engine.revision(n))
@@ -1561,7 +1245,7 @@ impl FleetController {
 
     /// One cluster's rollout in detail.
     pub fn rollout_view(&self, cluster: &str) -> Option<RolloutView> {
-        let state = self.machine.state.clusters.get(cluster)?;
+        let state = self.machine.state().clusters.get(cluster)?;
         let engine = &state.rollout;
         Some(RolloutView {
             cluster: self.cluster_view(cluster),
@@ -1588,7 +1272,7 @@ impl FleetController {
 
     /// The plan's clusters and wave count (to validate commands).
     pub fn plan(&self) -> &FleetPlan {
-        &self.machine.plan
+        self.machine.plan()
     }
 }
 
@@ -1619,53 +1303,119 @@ fn describe_command(command: &OperatorCommand) -> String {
     }
 }
 
-/// The calibrations a cluster's runs took since `old`: a calibrated metric's reference, read once
-/// per run, is recorded in the audit log when it is taken, with the values and their source.
-fn calibrations(
-    name: &str,
-    old: Option<&flotilla_core::fleet::ClusterState>,
-    cluster: &flotilla_core::fleet::ClusterState,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (key, run) in cluster.runs.iter() {
-        let old_run = old.and_then(|c| c.runs.get(key));
-        for (i, metric) in run.metrics.iter().enumerate() {
-            let known = old_run
-                .and_then(|r| r.metrics.get(i))
-                .is_some_and(|m| !m.calibration.is_empty());
-            if !metric.calibration.is_empty() && !known {
-                out.push(format!(
-                    "{name}: {} calibrated against its own reference: {}",
-                    metric.name,
-                    flotilla_core::analysis::compare::baseline_summary(&metric.calibration)
-                ));
-            }
-        }
-    }
-    out
+/// The audit entry of one of the fleet machine's decisions.
+fn audit_entry(fleet: &str, event: &FleetEvent) -> AuditEntry {
+    let mut entry = AuditEntry::new(
+        event.at,
+        fleet,
+        &event.revision,
+        audit_kind(&event.decision),
+        event.cluster.as_deref(),
+        event.message.clone(),
+    );
+    entry.evidence = event.evidence.clone();
+    entry.decision = Some(event.id.clone());
+    entry
 }
 
-/// The latest finished measurement of each metric of a cluster's runs.
-fn evidence_of(name: &str, cluster: &flotilla_core::fleet::ClusterState) -> Vec<Evidence> {
-    cluster
-        .runs
-        .values()
-        .flat_map(|run| run.metrics.iter())
-        .filter_map(|m| {
-            let last = m
-                .measurements
-                .iter()
-                .rev()
-                .find(|x| x.finished_at.is_some())?;
-            Some(Evidence {
-                cluster: name.to_owned(),
-                metric: m.name.clone(),
-                phase: format!("{:?}", last.phase),
-                value: last.value.clone(),
-                message: last.message.clone(),
-            })
-        })
-        .collect()
+/// The audit kind of each of the fleet machine's decisions (exhaustive: a new decision must be
+/// given one).
+pub(crate) fn audit_kind(decision: &Decision) -> AuditKind {
+    match decision {
+        Decision::Adopted => AuditKind::Adopt,
+        Decision::ClusterStarted | Decision::StepReached { .. } => AuditKind::Advance,
+        Decision::WeightSet { .. } => AuditKind::Weight,
+        Decision::RolloutEvent { .. } => AuditKind::Event,
+        Decision::Paused { .. } => AuditKind::Pause,
+        Decision::Resumed => AuditKind::Resume,
+        Decision::Validated { .. } => AuditKind::Validate,
+        Decision::Failed { .. }
+        | Decision::AbortedWithoutRejection { .. }
+        | Decision::RolledBack => AuditKind::Rollback,
+        Decision::Held => AuditKind::Hold,
+        Decision::Skipped => AuditKind::Skip,
+        Decision::Reset => AuditKind::Reset,
+        Decision::Pinned => AuditKind::Pin,
+        Decision::WaveStarted { .. } | Decision::WaveCompleted { .. } => AuditKind::Wave,
+        Decision::BakeStarted { .. } | Decision::BakeEnded { .. } => AuditKind::Bake,
+        Decision::WaveAnalysis { .. } => AuditKind::Analysis,
+        Decision::Superseded { .. } | Decision::Settled | Decision::Phase { .. } => {
+            AuditKind::Fleet
+        }
+        Decision::Calibrated { .. } => AuditKind::Calibrate,
+        Decision::DurableChange { .. } => AuditKind::Gitops,
+        Decision::CommandAccepted { .. } | Decision::CommandRefused { .. } => AuditKind::Command,
+    }
+}
+
+/// The notifications of one of the fleet machine's decisions (none for most), each with the
+/// decision's id and its event as the idempotency key.
+fn notifications_of(fleet: &str, specs: &FleetSpecs, event: &FleetEvent) -> Vec<Notification> {
+    let notification = |kind: &str, message: String, failure: Option<&Failure>| Notification {
+        event: kind.into(),
+        id: format!("{}/{kind}", event.id),
+        fleet: fleet.to_owned(),
+        revision: event.revision.clone(),
+        cluster: event.cluster.clone(),
+        metric: failure.map(|f| f.metric.clone()),
+        value: failure.map(|f| f.value.clone()),
+        message,
+        time: event.at,
+    };
+    let name = event.cluster.as_deref().unwrap_or_default();
+    // The cluster's reason, as its event says it after the cluster's name.
+    let reason = event
+        .message
+        .strip_prefix(&format!("{name}: "))
+        .unwrap_or(&event.message);
+    let rolled_back = |failure: Option<&Failure>, with_metric: bool| {
+        let why = match failure {
+            Some(f) => format!("metric {} = {} ({})", f.metric, f.value, f.message),
+            None => reason.to_owned(),
+        };
+        let message = format!(
+            "{fleet}: cluster {name} rolled back from {}: {why}",
+            first_image(&specs.next)
+        );
+        let mut out = vec![notification("rollout-aborted", message.clone(), failure)];
+        if with_metric && failure.is_some() {
+            out.push(notification("analysis-failed", message, failure));
+        }
+        out
+    };
+    match &event.decision {
+        Decision::Paused {
+            needs_human: true, ..
+        } => vec![notification(
+            "cluster-paused",
+            format!("{fleet}: cluster {name} paused: {reason}"),
+            None,
+        )],
+        Decision::Failed { failure, .. } | Decision::AbortedWithoutRejection { failure } => {
+            rolled_back(failure.as_ref(), true)
+        }
+        Decision::RolledBack => rolled_back(None, false),
+        Decision::WaveCompleted { .. } => {
+            vec![notification("wave-completed", event.message.clone(), None)]
+        }
+        Decision::Phase {
+            phase,
+            failure,
+            failed_cluster,
+            ..
+        } => {
+            let kind = match phase {
+                FleetPhase::Completed => "fleet-completed",
+                FleetPhase::Halted => "fleet-halted",
+                FleetPhase::Aborted => "fleet-aborted",
+                _ => return Vec::new(),
+            };
+            let mut n = notification(kind, event.message.clone(), failure.as_ref());
+            n.cluster = failed_cluster.clone();
+            vec![n]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// Starts a cluster's observation poller and action worker.
@@ -1793,15 +1543,7 @@ impl Measurer for Routed<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use flotilla_core::analysis::plan::resolve;
-    use flotilla_core::analysis::run::Run;
-    use flotilla_core::fleet::{ClusterState, FleetState};
-    use flotilla_core::rollout::{AnalysisSlot, RunKey};
-    use flotilla_core::spec::analysis::AnalysisTemplateSpec;
-
-    use super::calibrations;
+    use flotilla_core::fleet::{ClusterState, FleetSpecs};
 
     fn desired(image: &str) -> super::Desired {
         let controls: Vec<String> = (0..4)
@@ -1814,9 +1556,6 @@ mod tests {
             .remove(0)
     }
 
-    /// A cluster that fails on a revision after its first pin was committed (a `retry`, then a
-    /// failure elsewhere) gets a pin of its own; the clusters already pinned are not pinned again.
-    /// The agents are never reached (nothing listens on their ports).
     /// The wiring of a controller the tests drive by hand (no cluster is reached).
     fn wiring() -> super::Wiring {
         super::Wiring {
@@ -1827,172 +1566,65 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_later_failure_on_a_pinned_revision_is_pinned_too() {
-        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
-        let wiring = wiring();
-        let mut controller =
-            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring).unwrap();
-        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
-        let revision = controller.machine.state.revision.clone();
-        let fail = |controller: &mut super::FleetController, name: &str| {
-            let state = &mut controller.machine.state;
-            state.phase = FleetPhase::Halted;
-            state.clusters.get_mut(name).unwrap().status = ClusterStatus::RolledBack;
-            state.rejections.insert((name.to_owned(), revision.clone()));
-        };
-        for name in ["canary-eu-west", "prod-eu-west"] {
-            controller
-                .machine
-                .state
-                .clusters
-                .get_mut(name)
-                .unwrap()
-                .status = ClusterStatus::Validated;
-        }
-        fail(&mut controller, "prod-us-east");
-        let pinned =
-            |change: Option<crate::controller::source::GitChange>| match change.map(|c| c.edit) {
-                Some(crate::controller::source::Edit::Pin { clusters }) => {
-                    clusters.into_iter().map(|(c, _)| c).collect::<Vec<_>>()
+    /// Every decision of a simulated release (healthy, regressions, an abort, a supersede, an
+    /// outage) maps to a typed audit entry carrying its id; a cluster waiting for a human is a
+    /// `cluster-paused` notification naming what continues it, evidence on its way notifies no
+    /// one; a failure notifies with its metric; every notification's id is its decision's.
+    #[test]
+    fn every_decision_is_an_audit_entry_and_the_right_notifications() {
+        use flotilla_core::fleet::{Decision, PausedFor};
+        let scenarios = [
+            include_str!("../../../../examples/simulate/healthy.yaml"),
+            include_str!("../../../../examples/simulate/regional-regression.yaml"),
+            include_str!("../../../../examples/simulate/operator-abort.yaml"),
+            include_str!("../../../../examples/simulate/superseded-release.yaml"),
+            include_str!("../../../../examples/simulate/metrics-outage.yaml"),
+            include_str!("../../../../examples/simulate/no-canary-traffic.yaml"),
+        ];
+        let mut kinds = std::collections::BTreeSet::new();
+        let mut notified = std::collections::BTreeSet::new();
+        for text in scenarios {
+            let load = flotilla_core::manifest::load_bytes("s.yaml", text.as_bytes());
+            let inputs = flotilla_core::simulate::Inputs::from_manifests(&load.manifests).unwrap();
+            let report = flotilla_core::simulate::run(&inputs, 1).unwrap();
+            let specs = FleetSpecs::new(inputs.rollout.clone());
+            for event in &report.decisions {
+                let entry = super::audit_entry("payment-api", event);
+                assert_ne!(entry.kind, super::AuditKind::Unknown);
+                assert_eq!(entry.decision.as_deref(), Some(event.id.as_str()));
+                kinds.insert(entry.kind);
+                for n in super::notifications_of("payment-api", &specs, event) {
+                    assert!(n.id.starts_with(&event.id), "{n:?}");
+                    notified.insert(n.event.clone());
+                    if n.event == "analysis-failed" {
+                        assert!(n.metric.is_some() && n.value.is_some(), "{n:?}");
+                    }
+                    if n.event == "cluster-paused" {
+                        assert!(n.message.contains("paused: "), "{n:?}");
+                    }
                 }
-                other => panic!("expected a pin, got {other:?}"),
-            };
-        assert_eq!(pinned(controller.change_needed()), ["prod-us-east"]);
-        controller.committed(&revision, "pinned".into(), vec!["prod-us-east".into()]);
-        assert!(controller.change_needed().is_none(), "committed once");
-        fail(&mut controller, "prod-ap-south");
-        assert_eq!(pinned(controller.change_needed()), ["prod-ap-south"]);
-        controller.committed(&revision, "pinned".into(), vec!["prod-ap-south".into()]);
-        assert!(controller.change_needed().is_none());
-        assert_eq!(controller.record.pinned.len(), 2);
-    }
-
-    /// A cluster that waits for a human (an inconclusive run; later an EvidenceTimeout) is a
-    /// `pause` audit entry and a `cluster-paused` notification naming what continues it; a
-    /// cluster waiting for evidence on its way notifies nobody.
-    #[tokio::test]
-    async fn a_cluster_waiting_for_a_human_is_audited_and_notified() {
-        use flotilla_core::fleet::{ClusterStatus, PausedFor};
-        let mut controller =
-            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring()).unwrap();
-        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
-        let set = |controller: &mut super::FleetController, paused_for, reason: &str| {
-            let c = controller
-                .machine
-                .state
-                .clusters
-                .get_mut("prod-eu-west")
-                .unwrap();
-            c.status = ClusterStatus::Paused;
-            c.paused_for = Some(paused_for);
-            c.reason = reason.to_owned();
-        };
-        let decide = |controller: &mut super::FleetController, before: &FleetState| {
-            let mut out = super::TickOutput::default();
-            controller.decisions(before, 0, &mut out);
-            out
-        };
-        // Waiting for evidence: audited, no notification.
-        let before = controller.machine.state.clone();
-        set(
-            &mut controller,
-            PausedFor::Evidence,
-            "waiting for evidence: metric \"error-rate\": it errored at 14:02:10: refused",
-        );
-        let out = decide(&mut controller, &before);
-        assert!(
-            out.audit.iter().any(|e| e.kind == "pause"),
-            "{:?}",
-            out.audit
-        );
-        assert!(out.notifications.is_empty(), "{:?}", out.notifications);
-        // Past the deadline: still Paused, now an EvidenceTimeout: audited and notified.
-        let before = controller.machine.state.clone();
-        set(
-            &mut controller,
-            PausedFor::Evidence,
-            "EvidenceTimeout: waiting for evidence: … (past progressDeadlineSeconds; promote to accept, abort to roll back)",
-        );
-        controller
-            .machine
-            .state
-            .clusters
-            .get_mut("prod-eu-west")
-            .unwrap()
-            .rollout
-            .deadline_exceeded = true;
-        let out = decide(&mut controller, &before);
-        assert!(
-            out.audit
-                .iter()
-                .any(|e| e.kind == "pause" && e.message.contains("EvidenceTimeout"))
-        );
-        assert_eq!(out.notifications.len(), 1, "{:?}", out.notifications);
-        assert_eq!(out.notifications[0].event, "cluster-paused");
-        // An inconclusive run, from Progressing.
-        controller
-            .machine
-            .state
-            .clusters
-            .get_mut("prod-eu-west")
-            .unwrap()
-            .status = ClusterStatus::Progressing;
-        let before = controller.machine.state.clone();
-        set(
-            &mut controller,
-            PausedFor::Inconclusive,
-            "inconclusive: metric \"error-rate\" = [0.004]; promote to accept, abort to roll back",
-        );
-        let out = decide(&mut controller, &before);
-        let n = &out.notifications[0];
-        assert_eq!(n.event, "cluster-paused");
-        assert_eq!(n.cluster.as_deref(), Some("prod-eu-west"));
-        assert!(
-            n.message.contains("promote to accept, abort to roll back"),
-            "{}",
-            n.message
-        );
-    }
-
-    /// An outage is no verdict: a cluster aborted on an analysis error (no rejection) is never
-    /// reverted or pinned in Git, alone or beside a cluster that failed.
-    #[tokio::test]
-    async fn a_cluster_aborted_on_an_error_changes_nothing_in_git() {
-        use flotilla_core::fleet::{ClusterStatus, FleetPhase};
-        let wiring = wiring();
-        let mut controller =
-            super::FleetController::new(&desired("payment-api:1.8.3"), None, &wiring).unwrap();
-        controller.sync(&desired("payment-api:1.9.0"), "c0ffee", 0);
-        let revision = controller.machine.state.revision.clone();
-        let state = &mut controller.machine.state;
-        state.clusters.get_mut("canary-eu-west").unwrap().status = ClusterStatus::Validated;
-        let errored = state.clusters.get_mut("prod-eu-west").unwrap();
-        errored.status = ClusterStatus::RolledBack;
-        errored.aborted_on_error = true;
-        // The fleet goes on (an error does not halt it), and even once it halts or completes for
-        // another reason, the errored cluster is not Git's business.
-        for phase in [
-            FleetPhase::Progressing,
-            FleetPhase::Halted,
-            FleetPhase::Completed,
-        ] {
-            controller.machine.state.phase = phase;
-            assert!(controller.change_needed().is_none(), "{phase:?}");
+                if let Decision::Paused {
+                    paused_for: Some(PausedFor::Evidence),
+                    needs_human: false,
+                    ..
+                } = event.decision
+                {
+                    assert!(super::notifications_of("payment-api", &specs, event).is_empty());
+                }
+            }
         }
-        // Beside a cluster that failed, only the failed one is pinned.
-        let state = &mut controller.machine.state;
-        state.phase = FleetPhase::Halted;
-        state.clusters.get_mut("prod-us-east").unwrap().status = ClusterStatus::RolledBack;
-        state
-            .rejections
-            .insert(("prod-us-east".to_owned(), revision.clone()));
-        match controller.change_needed().map(|c| c.edit) {
-            Some(crate::controller::source::Edit::Pin { clusters }) => assert_eq!(
-                clusters.into_iter().map(|(c, _)| c).collect::<Vec<_>>(),
-                ["prod-us-east"]
-            ),
-            other => panic!("expected a pin of prod-us-east, got {other:?}"),
+        for kind in [
+            "advance", "validate", "rollback", "wave", "fleet", "command",
+        ] {
+            assert!(kinds.iter().any(|k| *k == kind), "{kind}: {kinds:?}");
+        }
+        for event in [
+            "rollout-aborted",
+            "analysis-failed",
+            "wave-completed",
+            "fleet-completed",
+        ] {
+            assert!(notified.contains(event), "{event}: {notified:?}");
         }
     }
 
@@ -2025,45 +1657,11 @@ mod tests {
             ["prod-ap-south"]
         );
         // The machine is fitted to the plan: a tick would not index a missing wave or cluster.
-        let state = &resumed.machine.state;
+        let state = resumed.machine.state();
         assert!(!state.clusters.contains_key("gone-cluster"));
         assert!(state.clusters.contains_key("prod-ap-south"));
-        let waves = resumed.machine.plan.waves.len();
+        let waves = resumed.machine.plan().waves.len();
         assert_eq!(state.wave_started_at.len(), waves);
         assert_eq!(state.wave_completed_at.len(), waves);
-    }
-
-    #[test]
-    fn a_calibration_is_recorded_once_when_a_run_takes_it() {
-        let key = RunKey {
-            revision: 2,
-            attempt: 0,
-            slot: AnalysisSlot::Background,
-        };
-        let template: AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
-            "metrics": [{"name": "p95", "baseline": {"window": "30m"},
-                "successCondition": "result[0] <= baseline.p95 * 1.2",
-                "provider": {"builtin": {"metric": "latency", "quantile": 0.95}}}]
-        }))
-        .unwrap();
-        let run = Run::new(&resolve(&template, &BTreeMap::new()).unwrap(), 0);
-        let mut before = ClusterState::default();
-        before.runs.insert(key, run.clone());
-        let mut after = before.clone();
-        after.runs.get_mut(&key).unwrap().metrics[0].calibration = BTreeMap::from([
-            ("baseline.p95".to_owned(), "0.21200000000000002".to_owned()),
-            (
-                "baseline.source".to_owned(),
-                "the stable subset in the 30m before the run started".to_owned(),
-            ),
-        ]);
-        assert_eq!(
-            calibrations("prod-us-east", Some(&before), &after),
-            [
-                "prod-us-east: p95 calibrated against its own reference: baseline from the stable subset in the 30m before the run started: p95=0.212"
-            ]
-        );
-        assert!(calibrations("prod-us-east", Some(&after), &after).is_empty());
-        assert!(calibrations("prod-us-east", Some(&before), &before).is_empty());
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::{Notify, broadcast};
 
 use config::Resolved;
 use fleet::FleetController;
-use record::{AuditEntry, FleetSummary, FleetView, RolloutView};
+use record::{AuditEntry, AuditKind, FleetSummary, FleetView, RolloutView};
 use source::Source;
 use store::{Store, TickWrite};
 
@@ -86,7 +86,7 @@ impl Metrics {
         m.reconcile_count += 1;
         m.reconcile_sum += seconds;
         for entry in audit {
-            *m.decisions.entry(entry.kind.clone()).or_default() += 1;
+            *m.decisions.entry(entry.kind.to_string()).or_default() += 1;
         }
         m.runs.clear();
         for view in views {
@@ -405,17 +405,14 @@ pub async fn serve(
                         message
                     }
                 };
-                extra.push(AuditEntry {
-                    seq: 0,
-                    time: now,
-                    fleet,
-                    revision,
-                    kind: "gitops".into(),
-                    cluster: None,
+                extra.push(AuditEntry::new(
+                    now,
+                    &fleet,
+                    &revision,
+                    AuditKind::Gitops,
+                    None,
                     message,
-                    evidence: Vec::new(),
-                    operator: None,
-                });
+                ));
             }
             // The source: a moved branch is a new desired state.
             if let Some(interval) = source.interval_ms()
@@ -453,17 +450,14 @@ pub async fn serve(
                         };
                         tracing::error!(error = %e, "{what}");
                         for controller in controllers.iter() {
-                            extra.push(AuditEntry {
-                                seq: 0,
-                                time: now,
-                                fleet: controller.name().to_owned(),
-                                revision: controller.record.state.revision.clone(),
-                                kind: "sync".into(),
-                                cluster: None,
-                                message: format!("{what}: {e}"),
-                                evidence: Vec::new(),
-                                operator: None,
-                            });
+                            extra.push(AuditEntry::new(
+                                now,
+                                controller.name(),
+                                &controller.record.state.revision,
+                                AuditKind::Sync,
+                                None,
+                                format!("{what}: {e}"),
+                            ));
                         }
                     }
                 }

@@ -112,6 +112,7 @@ mod tests {
         };
         let n = Notification {
             event: "rollout-aborted".into(),
+            id: String::new(),
             fleet: "payments".into(),
             revision: "r".into(),
             cluster: Some("prod-us-east".into()),

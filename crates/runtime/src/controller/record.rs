@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use flotilla_core::analysis::Millis;
-use flotilla_core::fleet::{ClusterOverlay, FleetState};
+use flotilla_core::fleet::{ClusterOverlay, FleetSpecs, FleetState};
 use flotilla_core::spec::analysis::AnalysisTemplate;
 use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 use flotilla_core::spec::rollout::Rollout;
@@ -39,12 +39,10 @@ pub struct Desired {
 pub struct FleetRecord {
     /// The FleetRollout's name.
     pub name: String,
-    /// The Rollout clusters ran before this fleet revision.
-    pub previous: Rollout,
-    /// The Rollout of this fleet revision (the desired state).
-    pub next: Rollout,
-    /// Earlier revisions' specs, oldest first (what `undo` returns to; what baselines name).
-    pub history: Vec<Rollout>,
+    /// The specs: `previous`, `next` and `history` (what `undo` returns to; what baselines
+    /// name), as fields of the record.
+    #[serde(flatten)]
+    pub specs: FleetSpecs,
     /// The pod-template hash of the Rollout as last read from the manifests: a change there
     /// is a new desired revision; an unchanged file keeps what `set image` or `undo` set.
     pub source_hash: String,
@@ -153,21 +151,108 @@ pub struct QueuedCommand {
     pub accepted_at: Millis,
 }
 
-/// One measurement that informed a decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Evidence {
-    /// The cluster.
-    pub cluster: String,
-    /// The metric.
-    pub metric: String,
-    /// The measurement's phase.
-    pub phase: String,
-    /// The value.
-    pub value: String,
-    /// The verdict's message.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+pub use flotilla_core::fleet::Evidence;
+
+/// What kind of decision an audit entry records (its JSON is the lowercase name, as the free
+/// strings of earlier releases were). The fleet machine's decisions map to these one to one
+/// ([`super::fleet::audit_kind`]); the daemon adds its own (commands it handles itself, the
+/// source, repairs, drift, Git).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditKind {
+    /// An operator's command, accepted or refused.
+    Command,
+    /// A cluster started the revision or reached a step.
+    Advance,
+    /// A cluster's canary weight changed without a step.
+    Weight,
+    /// A rollout engine's own event (Argo's reason).
+    Event,
+    /// A cluster paused.
+    Pause,
+    /// A paused cluster goes on.
+    Resume,
+    /// A cluster was validated.
+    Validate,
+    /// A cluster was rolled back (failed, aborted without rejection, or with another).
+    Rollback,
+    /// A cluster was held.
+    Hold,
+    /// A cluster was skipped.
+    Skip,
+    /// A cluster waits for its wave again.
+    Reset,
+    /// A cluster was pinned.
+    Pin,
+    /// A wave started or completed.
+    Wave,
+    /// A wave's bake began or ended.
+    Bake,
+    /// A wave-level analysis verdict.
+    Analysis,
+    /// The fleet: a phase, a supersede, a settle.
+    Fleet,
+    /// A calibrated metric read its reference.
+    Calibrate,
+    /// A cluster adopted at first start.
+    Adopt,
+    /// A new desired state from the source.
+    Sync,
+    /// The desired state was refused.
+    Invalid,
+    /// A cluster repaired to what was decided.
+    Repair,
+    /// A cluster drifted from Git.
+    Drift,
+    /// A durable change decided, committed or not yet in Git.
+    Gitops,
+    /// A kind this release does not know (written by a newer one).
+    #[serde(other)]
+    Unknown,
+}
+
+impl AuditKind {
+    /// The kind's name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Command => "command",
+            AuditKind::Advance => "advance",
+            AuditKind::Weight => "weight",
+            AuditKind::Event => "event",
+            AuditKind::Pause => "pause",
+            AuditKind::Resume => "resume",
+            AuditKind::Validate => "validate",
+            AuditKind::Rollback => "rollback",
+            AuditKind::Hold => "hold",
+            AuditKind::Skip => "skip",
+            AuditKind::Reset => "reset",
+            AuditKind::Pin => "pin",
+            AuditKind::Wave => "wave",
+            AuditKind::Bake => "bake",
+            AuditKind::Analysis => "analysis",
+            AuditKind::Fleet => "fleet",
+            AuditKind::Calibrate => "calibrate",
+            AuditKind::Adopt => "adopt",
+            AuditKind::Sync => "sync",
+            AuditKind::Invalid => "invalid",
+            AuditKind::Repair => "repair",
+            AuditKind::Drift => "drift",
+            AuditKind::Gitops => "gitops",
+            AuditKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for AuditKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for AuditKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// One decision in the audit log.
@@ -183,9 +268,8 @@ pub struct AuditEntry {
     pub fleet: String,
     /// The fleet revision.
     pub revision: String,
-    /// What kind of decision: `command`, `advance`, `pause`, `promote`, `validate`, `abort`,
-    /// `rollback`, `wave`, `fleet`, `event`.
-    pub kind: String,
+    /// What kind of decision.
+    pub kind: AuditKind,
     /// The cluster, when one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
@@ -197,6 +281,34 @@ pub struct AuditEntry {
     /// The operator and command, when one caused it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<String>,
+    /// The fleet machine's decision this entry records (its event id), when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+}
+
+impl AuditEntry {
+    /// An entry (no evidence, operator or decision: set them on the value).
+    pub fn new(
+        time: Millis,
+        fleet: &str,
+        revision: &str,
+        kind: AuditKind,
+        cluster: Option<&str>,
+        message: String,
+    ) -> AuditEntry {
+        AuditEntry {
+            seq: 0,
+            time,
+            fleet: fleet.to_owned(),
+            revision: revision.to_owned(),
+            kind,
+            cluster: cluster.map(str::to_owned),
+            message,
+            evidence: Vec::new(),
+            operator: None,
+            decision: None,
+        }
+    }
 }
 
 /// A notification to deliver (at least once).
@@ -206,6 +318,10 @@ pub struct Notification {
     /// `rollout-aborted`, `analysis-failed`, `wave-completed`, `fleet-completed`,
     /// `fleet-halted`, `fleet-aborted`, `desired-state-invalid`, `cluster-paused`.
     pub event: String,
+    /// Stable across restarts, one per (decision, event): the idempotency key a receiver
+    /// de-duplicates on (`{fleet}/{revision}/{n}/{event}`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
     /// The fleet.
     pub fleet: String,
     /// The fleet revision.

@@ -468,7 +468,7 @@ fn next_sequence(txn: &redb::WriteTransaction, name: &str) -> Result<u64, redb::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::record::OperatorCommand;
+    use crate::controller::record::{AuditKind, OperatorCommand};
 
     fn command(fleet: &str) -> QueuedCommand {
         QueuedCommand {
@@ -496,15 +496,8 @@ mod tests {
             .commit_tick(TickWrite {
                 consumed: vec![id],
                 audit: vec![AuditEntry {
-                    seq: 0,
-                    time: 5,
-                    fleet: "payments".into(),
-                    revision: "r".into(),
-                    kind: "command".into(),
-                    cluster: None,
-                    message: "abort".into(),
-                    evidence: vec![],
                     operator: Some("test".into()),
+                    ..AuditEntry::new(5, "payments", "r", AuditKind::Command, None, "abort".into())
                 }],
                 ..TickWrite::default()
             })
@@ -526,6 +519,7 @@ mod tests {
             .0;
         let n = Notification {
             event: "fleet-halted".into(),
+            id: String::new(),
             fleet: "f".into(),
             revision: "r".into(),
             cluster: None,

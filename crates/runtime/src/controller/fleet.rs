@@ -15,8 +15,9 @@ use flotilla_agent::AgentClient;
 use flotilla_agent::adapter::{AgentCluster, BuiltinProvider, Placement, image_version};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Millis, Outcome};
 use flotilla_core::fleet::{
-    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, Decision, DurableEdit,
-    Failure, FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs, FleetState,
+    ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterStatus, Decision, DurableChange,
+    DurableEdit, Failure, FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan,
+    FleetSpecs, FleetState,
 };
 use flotilla_core::rollout::ports::{TrafficRouter, WorkloadDriver};
 use flotilla_core::rollout::{Action, AnalysisSlot, Observed, RolloutState, template_hash};
@@ -595,6 +596,7 @@ impl FleetController {
                 ),
                 trailers,
                 proposal_branch: format!("flotilla/rollback-{fleet}-{revision}"),
+                decision: change.clone(),
             },
             DurableEdit::Pin => {
                 let clusters: Vec<(String, String)> = change
@@ -622,27 +624,26 @@ impl FleetController {
                     ),
                     trailers,
                     proposal_branch: format!("flotilla/pin-{fleet}-{revision}"),
+                    decision: change.clone(),
                 }
             }
         })
     }
 
-    /// The durable change of `revision` reached Git (or Git already said it): never again.
-    pub fn committed(&mut self, revision: &str, status: String, pinned: Vec<String>) {
-        // The decision, as the core made it, is recorded with the commit.
-        if let Some(change) = self.machine.durable_change(
-            &self.record.specs,
-            self.record.reverted.as_deref(),
-            &self.record.pinned,
-        ) && change.revision == revision
-        {
-            self.machine.record_durable(&change);
-        }
+    /// The durable change `decision` reached Git (or Git already said it): never again for its
+    /// revision, and the decision is recorded as the core made it.
+    pub fn committed(&mut self, decision: &DurableChange, status: String) {
+        self.machine.record_durable(decision);
+        let revision = decision.revision.as_str();
         if self.record.reverted.as_deref() != Some(revision) {
             self.record.pinned.clear();
         }
         self.record.reverted = Some(revision.to_owned());
-        self.record.pinned.extend(pinned);
+        if decision.edit == DurableEdit::Pin {
+            self.record
+                .pinned
+                .extend(decision.failed.iter().map(|f| f.name.clone()));
+        }
         self.record.git_status = Some(status);
     }
 

@@ -54,7 +54,11 @@ pub enum ServeError {
 
 /// One attempt at committing a durable change: (fleet, revision, the clusters it pins, where it
 /// went or why not).
-pub type GitResult = (String, String, Vec<String>, Result<String, String>);
+pub type GitResult = (
+    String,
+    flotilla_core::fleet::DurableChange,
+    Result<String, String>,
+);
 
 /// Counters and histograms for `/metrics`.
 #[derive(Debug, Default)]
@@ -379,14 +383,15 @@ pub async fn serve(
                 std::mem::take(&mut *shared.pending_audit.lock().expect("audit lock"));
             // Durable changes that reached Git, or failed to (retried with backoff).
             let results = std::mem::take(&mut *shared.git_results.lock().expect("git lock"));
-            for (fleet, revision, pinned, result) in results {
+            for (fleet, decision, result) in results {
+                let revision = decision.revision.clone();
                 let Some(controller) = controllers.iter_mut().find(|c| c.name() == fleet) else {
                     continue;
                 };
                 let message = match result {
                     Ok(message) => {
                         git_retry.remove(&fleet);
-                        controller.committed(&revision, message.clone(), pinned);
+                        controller.committed(&decision, message.clone());
                         message
                     }
                     Err(error) => {
@@ -517,16 +522,9 @@ pub async fn serve(
                                 }
                                 Err(e) => Err(e.to_string()),
                             };
-                            let pinned = match &change.edit {
-                                source::Edit::Pin { clusters } => {
-                                    clusters.iter().map(|(c, _)| c.clone()).collect()
-                                }
-                                source::Edit::Revert { .. } => Vec::new(),
-                            };
                             shared.git_results.lock().expect("git lock").push((
                                 fleet,
-                                change.revision.clone(),
-                                pinned,
+                                change.decision.clone(),
                                 result,
                             ));
                             shared.sync.store(true, Ordering::SeqCst);

@@ -69,6 +69,8 @@ pub struct GitChange {
     pub trailers: String,
     /// A branch name for proposals.
     pub proposal_branch: String,
+    /// The core's decision it carries out (recorded when it reached Git).
+    pub decision: flotilla_core::fleet::DurableChange,
 }
 
 /// The edit of a [`GitChange`].
@@ -1229,6 +1231,14 @@ mod tests {
             trailers: "Flotilla-Cluster: prod-us-east\nFlotilla-Metric: latency-p95=[0.31]\n"
                 .into(),
             proposal_branch: format!("flotilla/pin-payment-api-{revision}"),
+            decision: flotilla_core::fleet::DurableChange {
+                revision: revision.into(),
+                edit: flotilla_core::fleet::DurableEdit::Pin,
+                bad_image: "payment-api:1.9.0".into(),
+                good_image: "payment-api:1.8.3".into(),
+                failed: Vec::new(),
+                validated: Vec::new(),
+            },
         }
     }
 

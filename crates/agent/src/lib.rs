@@ -10,7 +10,6 @@
 //! The crate also holds the [`demo_app`] service (whose latency, errors and dependency calls come
 //! from its flags) and the open-loop [`loadgen`] that only ever targets loopback.
 
-pub mod adapter;
 pub mod agent;
 pub mod auth;
 pub mod client;

@@ -6,6 +6,7 @@
 //! hands back values and decisions.
 
 pub mod analysis;
+pub mod backend;
 pub mod diagnostic;
 pub mod fleet;
 pub mod judge;

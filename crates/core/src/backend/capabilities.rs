@@ -1,0 +1,136 @@
+//! What a cluster backend can do, and which of it a Rollout needs: a Rollout that needs a
+//! capability its cluster's backend lacks is refused by name, by lint and by `serve`, before it
+//! runs (never a write retried forever at its first header route).
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::rollout::Rollout;
+
+/// Which traffic providers a backend drives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TrafficProviders {
+    /// Every `trafficRouting` block: the backend routes by weight itself whatever the Rollout
+    /// names (the agent's built-in router stands in for Istio, NGINX, Gateway API…).
+    Any,
+    /// Only these (`trafficRouting` keys, plugin names as `plugins/NAME`); a Rollout without
+    /// `trafficRouting` is always accepted (a replica-based canary).
+    Only(Vec<String>),
+}
+
+/// A backend's capabilities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// The backend's name (`agent`, `kubernetes`), for messages.
+    pub backend: String,
+    /// Traffic providers driven.
+    pub traffic: TrafficProviders,
+    /// Header routes (`setHeaderRoute`): the most header conditions one route may have
+    /// (0: none).
+    pub header_route_matches: usize,
+    /// Mirror routes (`setMirrorRoute`): whether supported at all.
+    pub mirroring: bool,
+    /// Mirror routes: the most header conditions one condition may have.
+    pub mirror_headers: usize,
+    /// Mirror routes: whether method and path conditions are supported.
+    pub mirror_method_path: bool,
+}
+
+/// A capability a Rollout needs and the backend lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The capability, by name (`header routes with 2 conditions`, `traffic provider alb`).
+    pub capability: String,
+    /// The field path in the Rollout that needs it.
+    pub path: String,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (at {})", self.capability, self.path)
+    }
+}
+
+/// What `rollout` needs that `capabilities` lacks (empty: it can run).
+pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
+    let mut out = Vec::new();
+    let Some(canary) = rollout.canary() else {
+        return out;
+    };
+    if let (Some(routing), TrafficProviders::Only(known)) =
+        (&canary.traffic_routing, &capabilities.traffic)
+    {
+        let named = routing
+            .providers()
+            .into_iter()
+            .filter(|name| *name != "plugins")
+            .map(str::to_owned)
+            .chain(routing.plugin_names().map(|p| format!("plugins/{p}")));
+        for name in named {
+            if !known.contains(&name) {
+                out.push(Missing {
+                    capability: format!("traffic provider {name}"),
+                    path: format!("spec.strategy.canary.trafficRouting.{name}"),
+                });
+            }
+        }
+    }
+    for (i, step) in canary.steps.iter().enumerate() {
+        if let Some(route) = &step.set_header_route {
+            let n = route.r#match.len();
+            if n > capabilities.header_route_matches {
+                let capability = if capabilities.header_route_matches == 0 {
+                    "header routes".to_owned()
+                } else {
+                    format!(
+                        "header routes with {n} conditions (at most {})",
+                        capabilities.header_route_matches
+                    )
+                };
+                out.push(Missing {
+                    capability,
+                    path: format!("spec.strategy.canary.steps[{i}].setHeaderRoute.match"),
+                });
+            }
+        }
+        if let Some(route) = &step.set_mirror_route {
+            let path = format!("spec.strategy.canary.steps[{i}].setMirrorRoute");
+            if !capabilities.mirroring {
+                out.push(Missing {
+                    capability: "mirror routes".to_owned(),
+                    path,
+                });
+                continue;
+            }
+            if route.r#match.len() > 1 {
+                out.push(Missing {
+                    capability: format!(
+                        "mirror routes with {} alternative conditions (at most 1)",
+                        route.r#match.len()
+                    ),
+                    path: format!("{path}.match"),
+                });
+            }
+            for (j, m) in route.r#match.iter().enumerate() {
+                if !capabilities.mirror_method_path && (m.method.is_some() || m.path.is_some()) {
+                    out.push(Missing {
+                        capability: "mirror routes on method or path".to_owned(),
+                        path: format!("{path}.match[{j}]"),
+                    });
+                }
+                if m.headers.len() > capabilities.mirror_headers {
+                    out.push(Missing {
+                        capability: format!(
+                            "mirror routes on {} headers (at most {})",
+                            m.headers.len(),
+                            capabilities.mirror_headers
+                        ),
+                        path: format!("{path}.match[{j}].headers"),
+                    });
+                }
+            }
+        }
+    }
+    out
+}

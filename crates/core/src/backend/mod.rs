@@ -1,0 +1,198 @@
+//! The cluster-backend port: what the controller asks of one cluster, whatever kind it is (a
+//! Flotilla agent, a Kubernetes API server), and what it hears back.
+//!
+//! The port is level-triggered and shaped for a cluster that lags and has other writers:
+//!
+//! - the controller states the cluster's whole desired state ([`ClusterDesired`], computed from
+//!   the rollout engine's state by [`ClusterDesired::of`]) with [`ClusterBackend::ensure`];
+//!   calling it again with the same state is harmless, and a newer state replaces an older one;
+//! - it hears what the cluster really runs ([`ClusterObserved`]: per revision, the replicas, the
+//!   backend's own identity for it, the weights in effect) with [`ClusterBackend::observe`], and
+//!   the operator commands issued in the cluster ([`ClusterCommand`]) with
+//!   [`ClusterBackend::commands`]; the rollout engine advances on observations only, never on a
+//!   write having returned;
+//! - failures are typed ([`BackendError`]): unreachable and conflict are retried, forbidden and
+//!   invalid hold the cluster with a condition naming what was refused;
+//! - a backend declares its [`Capabilities`], and a Rollout that needs one the backend lacks is
+//!   refused by name before it runs ([`capabilities::missing`]).
+//!
+//! The trait returns boxed futures so the runtime can hold backends of several kinds behind one
+//! `dyn ClusterBackend`; nothing here performs I/O.
+
+pub mod capabilities;
+pub mod desired;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+pub use capabilities::{Capabilities, Missing, missing};
+pub use desired::{ClusterDesired, DesiredRevision, MirrorRoute};
+
+use crate::analysis::{MeasureRequest, Outcome};
+use crate::rollout::{Observed, ReplicaCounts, RevisionNumber, Weights};
+
+/// A boxed, sendable future: what the port's methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a backend could not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum BackendError {
+    /// The cluster did not answer (retried with backoff; the cluster's observation goes stale
+    /// and the fleet machine sees it unreachable).
+    #[error("unreachable: {message}")]
+    Unreachable {
+        /// What failed.
+        message: String,
+    },
+    /// The cluster refused the write for want of a permission: the cluster is held with a
+    /// condition naming the verb and the resource until a write succeeds.
+    #[error("forbidden: cannot {verb} {resource}: {message}")]
+    Forbidden {
+        /// The refused verb (`patch`, `create`…).
+        verb: String,
+        /// The resource (`rollouts.argoproj.io`, `replicasets`…).
+        resource: String,
+        /// The cluster's own words.
+        message: String,
+    },
+    /// Another writer changed the object since it was read: retried at once on a fresh read,
+    /// never dropped.
+    #[error("conflict: {message}")]
+    Conflict {
+        /// What conflicted.
+        message: String,
+    },
+    /// The cluster refused the desired state as invalid: the cluster is held with a condition
+    /// naming the field until the desired state changes.
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        /// The field path refused.
+        field: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl BackendError {
+    /// Whether retrying the same desired state may succeed without anyone acting
+    /// (unreachable, conflict); forbidden and invalid need a human or a new desired state.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Unreachable { .. } | BackendError::Conflict { .. }
+        )
+    }
+
+    /// A short condition for a held cluster's status (`Forbidden: cannot patch rollouts`).
+    pub fn condition(&self) -> String {
+        match self {
+            BackendError::Unreachable { message } => format!("Unreachable: {message}"),
+            BackendError::Forbidden {
+                verb,
+                resource,
+                message,
+            } => format!("Forbidden: cannot {verb} {resource}: {message}"),
+            BackendError::Conflict { message } => format!("Conflict: {message}"),
+            BackendError::Invalid { field, message } => format!("Invalid {field}: {message}"),
+        }
+    }
+}
+
+/// One revision as the cluster runs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedRevision {
+    /// The identity the backend gives the revision (the agent: the version its workload runs;
+    /// Kubernetes: the pod-template-hash of its ReplicaSet).
+    pub identity: String,
+    /// Replica counts.
+    #[serde(flatten)]
+    pub counts: ReplicaCounts,
+}
+
+/// What a cluster really runs, read from the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterObserved {
+    /// Per revision of the desired state the observation was read against.
+    pub revisions: BTreeMap<RevisionNumber, ObservedRevision>,
+    /// The weights in effect (None: the cluster routes no traffic by weight).
+    pub weights: Option<Weights>,
+    /// The version the cluster serves its stable traffic with, whatever the desired state says
+    /// (None: nothing runs): what a first start adopts and drift is checked against.
+    pub serving: Option<String>,
+}
+
+impl ClusterObserved {
+    /// The observation as the rollout engine reads it.
+    pub fn engine_view(&self) -> Observed {
+        Observed {
+            replicas: self
+                .revisions
+                .iter()
+                .map(|(number, revision)| (*number, revision.counts))
+                .collect(),
+            weights: self.weights,
+            analysis: BTreeMap::new(),
+        }
+    }
+}
+
+/// An operator command issued in the cluster itself (`kubectl argo rollouts abort`), which the
+/// controller turns into a fleet command for that cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCommand {
+    /// Unique per command in its cluster (a command heard twice is applied once).
+    pub id: String,
+    /// Who or what issued it, as the cluster says (`kubectl argo rollouts abort`, a user name).
+    pub origin: String,
+    /// What was asked.
+    pub verb: ClusterVerb,
+}
+
+/// The verbs a cluster can send back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ClusterVerb {
+    /// Abort this cluster's update.
+    Abort,
+    /// Promote this cluster (past its current pause, or `full`: every remaining step).
+    Promote {
+        /// Skip every remaining step.
+        full: bool,
+    },
+    /// Retry the failed clusters.
+    Retry,
+}
+
+/// One cluster, as the controller drives it.
+///
+/// # Contract
+/// - `ensure` makes the cluster converge towards `desired` and returns once the writes were
+///   accepted (not once they took effect: convergence is seen in `observe`). It is idempotent
+///   and may be called again with the same or a newer state at any time, also after a restart.
+/// - `observe` reads what the cluster runs, mapping what it finds to the revisions of `desired`
+///   (the last state ensured); it never writes.
+/// - `commands` returns the operator commands issued in the cluster since the last call.
+pub trait ClusterBackend: Send + Sync {
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Converge towards `desired`.
+    fn ensure<'a>(&'a self, desired: &'a ClusterDesired)
+    -> BoxFuture<'a, Result<(), BackendError>>;
+    /// What the cluster runs, per revision of `desired`.
+    fn observe<'a>(
+        &'a self,
+        desired: &'a ClusterDesired,
+    ) -> BoxFuture<'a, Result<ClusterObserved, BackendError>>;
+    /// Commands issued in the cluster since the last call.
+    fn commands(&self) -> BoxFuture<'_, Result<Vec<ClusterCommand>, BackendError>>;
+    /// Measures a `builtin` metric from the cluster's own traffic statistics (an error outcome
+    /// where the backend has none).
+    fn measure_builtin<'a>(&'a self, request: &'a MeasureRequest) -> BoxFuture<'a, Outcome>;
+}

@@ -42,6 +42,7 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         &paths,
         Options {
             strict: args.strict,
+            capabilities: Some(flotilla_runtime::controller::backends::capabilities_of),
         },
     ) {
         Ok(report) => report,

@@ -196,3 +196,29 @@ pub trait ClusterBackend: Send + Sync {
     /// where the backend has none).
     fn measure_builtin<'a>(&'a self, request: &'a MeasureRequest) -> BoxFuture<'a, Outcome>;
 }
+
+/// The version an image runs, as clusters report it: its tag (`registry/app:1.9.0` → `1.9.0`),
+/// its digest when pinned by one, or `latest` without either.
+pub fn image_version(image: &str) -> String {
+    if let Some((_, digest)) = image.split_once('@') {
+        return digest.to_owned();
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) if !tag.is_empty() => tag.to_owned(),
+        _ => "latest".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_come_from_the_image_tag_or_digest() {
+        assert_eq!(image_version("registry.example/payment-api:1.9.0"), "1.9.0");
+        assert_eq!(image_version("localhost:5000/app"), "latest");
+        assert_eq!(image_version("localhost:5000/app:2"), "2");
+        assert_eq!(image_version("app@sha256:abc"), "sha256:abc");
+    }
+}

@@ -6,7 +6,9 @@
 //! `docs/lint.md`.
 
 mod analysis;
+mod backend;
 mod fleet;
+pub use backend::CapabilitiesOf;
 pub use fleet::waves_of;
 mod rollout;
 mod scenario;
@@ -35,6 +37,9 @@ pub const EXECUTABLE_PROVIDERS: &[&str] = &["prometheus", "web", "job"];
 pub struct Options {
     /// Turn warnings into errors (and references to templates outside the linted files too).
     pub strict: bool,
+    /// What each cluster's backend can do: a FleetRollout whose Rollout needs a capability a
+    /// target cluster's backend lacks is an error (`backend/capability`). None: not checked.
+    pub capabilities: Option<CapabilitiesOf>,
 }
 
 /// Everything the rules may look up across files, by name.
@@ -174,6 +179,9 @@ pub fn lint(manifests: &[LoadedManifest], options: Options) -> Vec<Diagnostic> {
             Manifest::Service(_) | Manifest::Ingress(_) => {}
         }
         secrets::check(&mut sink, loaded);
+    }
+    if let Some(capabilities_of) = options.capabilities {
+        backend::check(&index, &mut sink, capabilities_of);
     }
     let mut diagnostics = sink.diagnostics;
     if options.strict {

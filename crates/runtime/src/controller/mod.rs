@@ -13,8 +13,11 @@
 //! re-asserted (idempotently) and in-flight measurements are taken again.
 
 pub mod api;
+pub mod backends;
 pub mod client;
 pub mod config;
+#[cfg(test)]
+pub mod fake_backend;
 pub mod fleet;
 pub mod notify;
 pub mod record;
@@ -273,7 +276,7 @@ pub async fn serve(
             &config.source,
             config::SourceConfig::Git { git, .. } if git.correct_drift
         ),
-        agent_tokens: config.agent_tokens.clone(),
+        backends: backends::Backends::agents(config.agent_tokens.clone()),
     };
     let tick = wiring.tick;
     let build = |d: &record::Desired, stored: Option<record::FleetRecord>| {

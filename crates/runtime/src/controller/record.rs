@@ -155,7 +155,7 @@ pub use flotilla_core::fleet::Evidence;
 
 /// What kind of decision an audit entry records (its JSON is the lowercase name, as the free
 /// strings of earlier releases were). The fleet machine's decisions map to these one to one
-/// ([`super::fleet::audit_kind`]); the daemon adds its own (commands it handles itself, the
+/// (`fleet::decisions::audit_kind`); the daemon adds its own (commands it handles itself, the
 /// source, repairs, drift, Git).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -423,6 +423,10 @@ pub struct ClusterView {
     /// A version the cluster runs that Git does not say (outside a rollout), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<String>,
+    /// Why the cluster refused its desired state (`Forbidden: cannot patch …`), while it does:
+    /// the cluster is held meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
 }
 
 /// A failure of a [`ClusterView`].

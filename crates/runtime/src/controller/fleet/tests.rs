@@ -1,0 +1,401 @@
+//! The fleet controller's unit tests: decisions to audit entries and notifications, adoption
+//! on resume, and the cluster-backend port driven through a fake backend.
+
+use flotilla_core::fleet::{ClusterState, FleetSpecs};
+
+fn desired(image: &str) -> super::Desired {
+    let controls: Vec<String> = (0..4)
+        .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+        .collect();
+    let text = crate::demo::manifests(&controls, 1.0).replace("payment-api:1.8.3", image);
+    let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
+    crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+        .desired
+        .remove(0)
+}
+
+/// The wiring of a controller the tests drive by hand (no cluster is reached).
+fn wiring() -> super::Wiring {
+    super::Wiring {
+        providers: flotilla_providers::Providers::new().unwrap(),
+        tick: std::time::Duration::from_secs(1),
+        correct_drift: false,
+        backends: crate::controller::backends::Backends::agents(Default::default()),
+    }
+}
+
+/// Every decision of a simulated release (healthy, regressions, an abort, a supersede, an
+/// outage) maps to a typed audit entry carrying its id; a cluster waiting for a human is a
+/// `cluster-paused` notification naming what continues it, evidence on its way notifies no
+/// one; a failure notifies with its metric; every notification's id is its decision's.
+#[test]
+fn every_decision_is_an_audit_entry_and_the_right_notifications() {
+    use flotilla_core::fleet::{Decision, PausedFor};
+    let scenarios = [
+        include_str!("../../../../../examples/simulate/healthy.yaml"),
+        include_str!("../../../../../examples/simulate/regional-regression.yaml"),
+        include_str!("../../../../../examples/simulate/operator-abort.yaml"),
+        include_str!("../../../../../examples/simulate/superseded-release.yaml"),
+        include_str!("../../../../../examples/simulate/metrics-outage.yaml"),
+        include_str!("../../../../../examples/simulate/no-canary-traffic.yaml"),
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    let mut notified = std::collections::BTreeSet::new();
+    for text in scenarios {
+        let load = flotilla_core::manifest::load_bytes("s.yaml", text.as_bytes());
+        let inputs = flotilla_core::simulate::Inputs::from_manifests(&load.manifests).unwrap();
+        let report = flotilla_core::simulate::run(&inputs, 1).unwrap();
+        let specs = FleetSpecs::new(inputs.rollout.clone());
+        for event in &report.decisions {
+            let entry = super::audit_entry("payment-api", event);
+            assert_ne!(entry.kind, super::AuditKind::Unknown);
+            assert_eq!(entry.decision.as_deref(), Some(event.id.as_str()));
+            kinds.insert(entry.kind);
+            for n in super::notifications_of("payment-api", &specs, event) {
+                assert!(n.id.starts_with(&event.id), "{n:?}");
+                notified.insert(n.event.clone());
+                if n.event == "analysis-failed" {
+                    assert!(n.metric.is_some() && n.value.is_some(), "{n:?}");
+                }
+                if n.event == "cluster-paused" {
+                    assert!(n.message.contains("paused: "), "{n:?}");
+                }
+            }
+            if let Decision::Paused {
+                paused_for: Some(PausedFor::Evidence),
+                needs_human: false,
+                ..
+            } = event.decision
+            {
+                assert!(super::notifications_of("payment-api", &specs, event).is_empty());
+            }
+        }
+    }
+    for kind in [
+        "advance", "validate", "rollback", "wave", "fleet", "command",
+    ] {
+        assert!(kinds.iter().any(|k| *k == kind), "{kind}: {kinds:?}");
+    }
+    for event in [
+        "rollout-aborted",
+        "analysis-failed",
+        "wave-completed",
+        "fleet-completed",
+    ] {
+        assert!(notified.contains(event), "{event}: {notified:?}");
+    }
+}
+
+/// A cluster added to the Fleet of a fleet that already has a record is adopted from what
+/// it runs before its first reconcile, as at a first start; one removed is forgotten.
+#[tokio::test]
+async fn a_cluster_new_to_a_resumed_fleet_is_adopted_not_deployed_to() {
+    let wiring = wiring();
+    let desired = desired("payment-api:1.8.3");
+    let first = super::FleetController::new(&desired, None, &wiring).unwrap();
+    assert_eq!(
+        first.record.adopting.len(),
+        4,
+        "a first start adopts every cluster"
+    );
+    let mut stored = first.record.clone();
+    stored.adopting.clear();
+    stored.state.clusters.remove("prod-ap-south");
+    stored.adopting.insert("gone-cluster".into());
+    // The stored state is of another plan: a cluster the Fleet no longer has, fewer waves.
+    stored
+        .state
+        .clusters
+        .insert("gone-cluster".into(), ClusterState::default());
+    stored.state.wave_started_at.truncate(1);
+    stored.state.wave_completed_at.truncate(1);
+    let resumed = super::FleetController::new(&desired, Some(stored), &wiring).unwrap();
+    assert_eq!(
+        resumed.record.adopting.iter().collect::<Vec<_>>(),
+        ["prod-ap-south"]
+    );
+    // The machine is fitted to the plan: a tick would not index a missing wave or cluster.
+    let state = resumed.machine.state();
+    assert!(!state.clusters.contains_key("gone-cluster"));
+    assert!(state.clusters.contains_key("prod-ap-south"));
+    let waves = resumed.machine.plan().waves.len();
+    assert_eq!(state.wave_started_at.len(), waves);
+    assert_eq!(state.wave_completed_at.len(), waves);
+}
+
+/// Through the cluster-backend port, with the fake backend (a cluster that lags, conflicts,
+/// refuses and sends commands): the fleet controller only ever sees the port.
+mod port {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use flotilla_core::backend::{ClusterBackend, ClusterCommand, ClusterVerb};
+
+    use crate::controller::backends::Backends;
+    use crate::controller::fake_backend::FakeBackend;
+    use crate::controller::record::{AuditEntry, AuditKind, OperatorCommand, QueuedCommand};
+
+    const MANIFESTS: &str = r#"apiVersion: flotilla.dev/v1alpha1
+kind: Fleet
+metadata: {name: edge}
+spec:
+  clusters:
+    - {name: east, endpoint: {agent: "http://127.0.0.1:9"}}
+---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {name: app}
+spec:
+  fleet: edge
+  rollout: app
+  waves:
+    list:
+      - {cluster: east, wave: 1}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {name: app}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: app, image: "app:1.0"}]
+  strategy:
+    canary:
+      trafficRouting: {plugins: {flotilla/agent: {}}}
+      steps:
+        - setWeight: 30
+        - setWeight: 60
+"#;
+
+    /// A controller of one cluster behind `fake`, ticking every 100 ms.
+    fn controller(fake: &Arc<FakeBackend>) -> super::super::FleetController {
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", MANIFESTS.as_bytes());
+        let desired =
+            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+                .desired
+                .remove(0);
+        let backend = fake.clone();
+        let wiring = super::super::Wiring {
+            providers: flotilla_providers::Providers::new().unwrap(),
+            tick: Duration::from_millis(100),
+            correct_drift: false,
+            backends: Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>)),
+        };
+        super::super::FleetController::new(&desired, None, &wiring).unwrap()
+    }
+
+    fn now() -> flotilla_core::analysis::Millis {
+        crate::analysis::wall_clock()
+    }
+
+    /// Ticks until `done` (or panics after `limit`), giving `commands` at the first tick;
+    /// returns every audit entry.
+    async fn run(
+        controller: &mut super::super::FleetController,
+        commands: &[QueuedCommand],
+        limit: Duration,
+        mut done: impl FnMut(&super::super::FleetController) -> bool,
+    ) -> Vec<AuditEntry> {
+        let start = Instant::now();
+        let mut audit = Vec::new();
+        let mut first = true;
+        loop {
+            let out = controller.tick(if first { commands } else { &[] }, now());
+            first = false;
+            audit.extend(out.audit.iter().cloned());
+            controller.dispatch(out);
+            if done(controller) {
+                return audit;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "not done within {limit:?}: {audit:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn set_image(image: &str) -> QueuedCommand {
+        QueuedCommand {
+            id: 1,
+            fleet: "app".into(),
+            command: OperatorCommand::SetImage {
+                container: None,
+                image: image.into(),
+            },
+            operator: "test".into(),
+            accepted_at: now(),
+        }
+    }
+
+    /// The step of the release of app:2.0 (revision 2) the cluster is at; 0 before it starts.
+    fn step(controller: &super::super::FleetController) -> u32 {
+        let rollout = &controller.machine.state().clusters["east"].rollout;
+        if rollout.current == Some(2) {
+            rollout.step_index.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    async fn adopted(controller: &mut super::super::FleetController) {
+        run(controller, &[], Duration::from_secs(10), |c| {
+            c.record.adopting.is_empty()
+                && c.machine.state().clusters["east"].rollout.current == Some(1)
+        })
+        .await;
+    }
+
+    /// Adopted, then released: app:2.0's canary at its first setWeight step.
+    async fn released(controller: &mut super::super::FleetController) {
+        adopted(controller).await;
+        run(
+            controller,
+            &[set_image("app:2.0")],
+            Duration::from_secs(10),
+            |c| c.machine.state().clusters["east"].rollout.current == Some(2),
+        )
+        .await;
+    }
+
+    /// A cluster that lags: no step advances before the observed weights match the ones asked
+    /// for, however long the cluster takes to apply them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_step_advances_before_the_observed_weights_match() {
+        let delay = Duration::from_millis(1500);
+        let fake = Arc::new(FakeBackend::new("1.0", 2, delay));
+        let mut controller = controller(&fake);
+        released(&mut controller).await;
+        assert_eq!(step(&controller), 0);
+        run(&mut controller, &[], Duration::from_secs(20), |c| {
+            step(c) >= 1
+        })
+        .await;
+        let advanced = Instant::now();
+        let accepted = fake
+            .state
+            .lock()
+            .unwrap()
+            .accepted_weight_at(30)
+            .expect("weight 30 was asked for");
+        assert!(
+            advanced.duration_since(accepted) >= delay,
+            "the step advanced {:?} after weight 30 was accepted; the cluster applies it after {delay:?}",
+            advanced.duration_since(accepted)
+        );
+    }
+
+    /// Conflicts with another writer are retried at once on a fresh read, never lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_conflict_is_retried_never_lost() {
+        let fake = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let mut controller = controller(&fake);
+        adopted(&mut controller).await;
+        fake.state.lock().unwrap().conflicts = 3;
+        run(
+            &mut controller,
+            &[set_image("app:2.0")],
+            Duration::from_secs(20),
+            |c| step(c) >= 2,
+        )
+        .await;
+        let state = fake.state.lock().unwrap();
+        let refused = state.ensures.iter().filter(|(_, ok, _)| !ok).count();
+        assert_eq!(refused, 3, "three conflicts answered");
+        let last = &state.ensures.last().unwrap().2;
+        assert_eq!(
+            last.weights.map(|w| w.canary),
+            Some(60),
+            "the latest state reached the cluster"
+        );
+    }
+
+    /// A write refused for want of a permission holds the cluster with a condition naming the
+    /// verb and the resource, in the audit log and the cluster's view; granted, it proceeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forbidden_holds_the_cluster_with_a_clear_condition() {
+        let fake = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let mut controller = controller(&fake);
+        adopted(&mut controller).await;
+        fake.state.lock().unwrap().forbidden =
+            Some(("patch".into(), "rollouts.argoproj.io".into()));
+        let audit = run(
+            &mut controller,
+            &[set_image("app:2.0")],
+            Duration::from_secs(10),
+            |c| c.view().waves[0].clusters[0].condition.is_some(),
+        )
+        .await;
+        let condition = controller.view().waves[0].clusters[0]
+            .condition
+            .clone()
+            .unwrap();
+        assert!(
+            condition.contains("Forbidden: cannot patch rollouts.argoproj.io"),
+            "{condition}"
+        );
+        assert!(
+            audit.iter().any(|e| e.kind == AuditKind::Repair
+                && e.cluster.as_deref() == Some("east")
+                && e.message.contains("cannot patch rollouts.argoproj.io")),
+            "{audit:#?}"
+        );
+        // Held: however long, nothing advances.
+        let held = run(&mut controller, &[], Duration::from_secs(10), {
+            let start = Instant::now();
+            move |_| start.elapsed() > Duration::from_secs(2)
+        })
+        .await;
+        assert_eq!(step(&controller), 0, "{held:#?}");
+        fake.state.lock().unwrap().forbidden = None;
+        let audit = run(&mut controller, &[], Duration::from_secs(20), |c| {
+            step(c) >= 2
+        })
+        .await;
+        assert!(controller.view().waves[0].clusters[0].condition.is_none());
+        assert!(
+            audit
+                .iter()
+                .any(|e| e.message.contains("accepts its desired state again"))
+        );
+    }
+
+    /// A command issued in the cluster (`kubectl argo rollouts abort`) becomes a fleet command
+    /// for that cluster, applied once, with its origin in the audit log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_from_the_cluster_is_a_fleet_command_with_its_origin() {
+        let fake = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let mut controller = controller(&fake);
+        released(&mut controller).await;
+        let abort = ClusterCommand {
+            id: "abort-1".into(),
+            origin: "kubectl argo rollouts abort (alice)".into(),
+            verb: ClusterVerb::Abort,
+        };
+        // Heard twice (two polls): applied once.
+        fake.state.lock().unwrap().commands = vec![abort.clone(), abort];
+        let audit = run(&mut controller, &[], Duration::from_secs(10), |c| {
+            c.machine.state().clusters["east"].rollout.abort
+        })
+        .await;
+        let commands: Vec<&AuditEntry> = audit
+            .iter()
+            .filter(|e| e.kind == AuditKind::Command)
+            .collect();
+        assert_eq!(commands.len(), 1, "{commands:#?}");
+        let entry = commands[0];
+        assert_eq!(
+            entry.operator.as_deref(),
+            Some("east: kubectl argo rollouts abort (alice)")
+        );
+        assert!(
+            entry
+                .message
+                .contains("abort east (issued in cluster east)"),
+            "{entry:?}"
+        );
+    }
+}

@@ -14,7 +14,9 @@ use flotilla_core::analysis::replay::{ReplayInput, RunReport, replay};
 use flotilla_core::analysis::{Millis, run::Run};
 use flotilla_core::spec::common::parse_duration;
 use flotilla_providers::Providers;
-use flotilla_runtime::analysis::{self as live, InputError, MeasurementEvent, Secrets};
+use flotilla_runtime::analysis::{self as live, InputError, MeasurementEvent};
+use flotilla_runtime::clock::wall_clock;
+use flotilla_runtime::secrets::Secrets;
 
 const BAD_INPUT: u8 = 4;
 
@@ -267,7 +269,7 @@ pub fn run(command: AnalysisCommand) -> anyhow::Result<ExitCode> {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
-            let now = live::wall_clock();
+            let now = wall_clock();
             let (start, end, step) = match (
                 parse_time(&args.start, now),
                 parse_time(&args.end, now),

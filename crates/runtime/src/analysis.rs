@@ -3,7 +3,7 @@
 //! past windows.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use flotilla_core::analysis::plan::{ArgValue, PlanError, RunPlan, resolve};
 use flotilla_core::analysis::run::Run;
@@ -18,7 +18,9 @@ use flotilla_core::spec::analysis::{
 };
 use tokio::task::JoinSet;
 
+use crate::clock::wall_clock;
 use crate::files;
+use crate::secrets::Secrets;
 
 /// Why an analysis could not start: bad input, reported before anything runs (exit code 4).
 #[derive(Debug, thiserror::Error)]
@@ -37,13 +39,6 @@ pub enum InputError {
         /// Why.
         source: PlanError,
     },
-}
-
-/// The wall clock, in milliseconds since the Unix epoch.
-pub fn wall_clock() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Millis)
 }
 
 /// Loads the AnalysisTemplate (or ClusterAnalysisTemplate) a file holds, with the templates it
@@ -154,52 +149,6 @@ pub fn load_template(path: &Path, name: Option<&str>) -> Result<AnalysisTemplate
         seen.push(next);
     }
     Ok(spec)
-}
-
-/// Where secrets live: `secretKeyRef {name, key}` reads the environment variable
-/// `FLOTILLA_SECRET_<NAME>_<KEY>` (upper case, other characters as `_`), else the file
-/// `<dir>/<name>/<key>` when a secrets directory is given.
-#[derive(Debug, Clone, Default)]
-pub struct Secrets {
-    /// The secrets directory, if any.
-    pub dir: Option<PathBuf>,
-}
-
-impl Secrets {
-    /// The environment variable a secret key is read from.
-    pub fn env_name(name: &str, key: &str) -> String {
-        let clean = |s: &str| {
-            s.chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() {
-                        c.to_ascii_uppercase()
-                    } else {
-                        '_'
-                    }
-                })
-                .collect::<String>()
-        };
-        format!("FLOTILLA_SECRET_{}_{}", clean(name), clean(key))
-    }
-
-    /// Reads one secret value.
-    pub fn read(&self, name: &str, key: &str) -> Result<String, String> {
-        let env = Self::env_name(name, key);
-        if let Ok(value) = std::env::var(&env) {
-            return Ok(value);
-        }
-        if let Some(dir) = &self.dir {
-            let path = dir.join(name).join(key);
-            if let Ok(value) = std::fs::read_to_string(&path) {
-                return Ok(value.trim_end_matches('\n').to_owned());
-            }
-            return Err(format!(
-                "secret {name}/{key} not found: set {env} or create {}",
-                path.display()
-            ));
-        }
-        Err(format!("secret {name}/{key} not found: set {env}"))
-    }
 }
 
 /// Resolves the arguments a run receives: given values first, then secrets for template

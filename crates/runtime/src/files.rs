@@ -6,7 +6,7 @@ use flotilla_core::diagnostic::{Diagnostic, Severity};
 use flotilla_core::lint::{self, Options};
 use flotilla_core::manifest::{self, LoadedManifest, MAX_FILE_BYTES};
 
-use crate::controller::source::{OverlaySource, check_overlays, overlay_name};
+use crate::overlays::{OverlaySource, check_overlays, overlay_name};
 
 /// Why a path could not be read at all (as opposed to content that is wrong).
 #[derive(Debug, thiserror::Error)]

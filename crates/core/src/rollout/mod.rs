@@ -1,9 +1,8 @@
-//! The Rollout engine: canary and blue-green state machines with Argo Rollouts' semantics, and
-//! the ports (traffic router, workload driver, analysis executor) the runtime plugs in.
+//! The Rollout engine: canary and blue-green state machines with Argo Rollouts' semantics. What
+//! a cluster must run follows from its state ([`crate::backend::ClusterDesired::of`]).
 
 pub mod engine;
 pub mod model;
-pub mod ports;
 
 pub use engine::{desired_actions, reconcile, reconcile_with_hash, template_hash};
 pub use model::*;

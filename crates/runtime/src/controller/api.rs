@@ -27,8 +27,8 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::Shared;
 use super::record::{OperatorCommand, QueuedCommand};
+use super::shared::{INVALID, Shared};
 
 /// An error answer: `{"error": reason}` with a status.
 pub struct ApiError(StatusCode, String);
@@ -165,7 +165,7 @@ async fn command(
             .get(&name)
             .ok_or_else(|| not_found(format!("fleet rollout {name:?} not found")))?
             .1;
-        if view.phase == super::INVALID {
+        if view.phase == INVALID {
             return Err(ApiError(
                 StatusCode::CONFLICT,
                 format!(
@@ -210,7 +210,7 @@ async fn command(
         fleet: name.clone(),
         command,
         operator,
-        accepted_at: crate::analysis::wall_clock(),
+        accepted_at: crate::clock::wall_clock(),
     };
     let store = shared.store.clone();
     let queued = tokio::task::spawn_blocking(move || store.enqueue(queued))
@@ -300,8 +300,8 @@ mod tests {
     use tokio::sync::{Notify, broadcast};
 
     use super::super::record::{FleetSummary, FleetView, OperatorCommand, WaveView};
+    use super::super::shared::{Metrics, Shared};
     use super::super::store::{OpenMode, Store};
-    use super::super::{Metrics, Shared};
 
     const TOKEN: &str = "s3cret-token";
 

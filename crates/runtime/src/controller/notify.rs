@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::config::{Sink, SinkFormat};
 use super::record::Notification;
-use super::{Metrics, store::Store};
+use super::shared::Metrics;
+use super::store::Store;
 
 /// Attempts per sink before a notification is given up on.
 const ATTEMPTS: u32 = 6;

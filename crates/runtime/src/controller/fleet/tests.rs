@@ -188,7 +188,7 @@ spec:
     }
 
     fn now() -> flotilla_core::analysis::Millis {
-        crate::analysis::wall_clock()
+        crate::clock::wall_clock()
     }
 
     /// Ticks until `done` (or panics after `limit`), giving `commands` at the first tick;

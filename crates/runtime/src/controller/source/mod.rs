@@ -1,0 +1,211 @@
+//! Where the desired state comes from: manifest files, or a Git repository at a branch (polled,
+//! and on demand), with per-cluster overlays (`clusters/<cluster>.yaml`), and the durable
+//! changes the controller commits back to Git (a whole-fleet revert, or pins of the failed
+//! clusters).
+//!
+//! An overlay file, `clusters/<cluster>.yaml` under the manifests' directory:
+//!
+//! ```yaml
+//! rollout: payment-api            # the Rollout it changes for this cluster (required)
+//! image: payment-api:1.8.3        # holds the cluster on this image while the fleet moves on
+//! args: ["--region=us-east"]      # replaces the first container's args
+//! env: {DB_POOL: "32"}            # set in the first container's env
+//! pin: {rejects: 5e1f…, image: payment-api:1.8.3}   # written by the controller
+//! ```
+
+mod desired;
+mod durable;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use flotilla_core::manifest::{self};
+use flotilla_git::{Checkout, Identity, Pushed};
+
+use super::ServeError;
+use super::config::{GitConfig, SourceConfig};
+use crate::files;
+
+use crate::overlays::{is_manifest, overlay_name};
+pub use desired::{DesiredSet, desired_from, read_secrets, read_secrets_of};
+pub(crate) use durable::edit_files;
+pub use durable::{Edit, GitChange};
+
+/// The desired state's source.
+pub enum Source {
+    /// Files on disk, read at start.
+    Files(PathBuf),
+    /// A Git repository.
+    Git(Box<GitSource>),
+}
+
+/// A Git repository at a branch.
+pub struct GitSource {
+    checkout: Mutex<Checkout>,
+    /// The settings.
+    pub config: GitConfig,
+    /// How often to poll, ms.
+    pub interval_ms: u64,
+    identity: Identity,
+    last_head: Mutex<Option<String>>,
+}
+
+impl Source {
+    /// Opens the source (cloning the repository when it is Git).
+    pub fn open(config: &SourceConfig) -> Result<Source, ServeError> {
+        match config {
+            SourceConfig::Files(path) => Ok(Source::Files(path.clone())),
+            SourceConfig::Git {
+                git,
+                interval_ms,
+                cache,
+            } => {
+                let checkout = Checkout::open(&git.url, &git.branch, cache)
+                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
+                let identity = git.identity.as_ref().map_or_else(
+                    || Identity {
+                        name: "flotilla-controller".into(),
+                        email: "flotilla@localhost".into(),
+                    },
+                    |i| Identity {
+                        name: i.name.clone(),
+                        email: i.email.clone(),
+                    },
+                );
+                Ok(Source::Git(Box::new(GitSource {
+                    checkout: Mutex::new(checkout),
+                    config: git.clone(),
+                    interval_ms: *interval_ms,
+                    identity,
+                    last_head: Mutex::new(None),
+                })))
+            }
+        }
+    }
+
+    /// The desired state now, and the commit it came from (empty for files).
+    pub fn load(&self) -> Result<(DesiredSet, String), ServeError> {
+        match self {
+            Source::Files(path) => {
+                let (manifest_files, overlays) = files::split_overlays(std::slice::from_ref(path))
+                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
+                let (manifests, diagnostics) = files::load_files(&manifest_files)
+                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
+                Ok((
+                    desired_from(
+                        &manifests,
+                        diagnostics,
+                        &overlays,
+                        &path.display().to_string(),
+                    ),
+                    String::new(),
+                ))
+            }
+            Source::Git(git) => {
+                let checkout = git.checkout.lock().expect("checkout lock");
+                let head = checkout
+                    .fetch()
+                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
+                let desired = git.load_at(&checkout, &head)?;
+                *git.last_head.lock().expect("head lock") = Some(head.clone());
+                Ok((desired, head))
+            }
+        }
+    }
+
+    /// For Git: the desired state when the branch moved since the last load.
+    pub fn poll(&self) -> Option<Result<(DesiredSet, String), ServeError>> {
+        let Source::Git(git) = self else {
+            return None;
+        };
+        let checkout = git.checkout.lock().expect("checkout lock");
+        let head = match checkout.fetch() {
+            Ok(h) => h,
+            Err(e) => return Some(Err(ServeError::Io(e.to_string()))),
+        };
+        let mut last = git.last_head.lock().expect("head lock");
+        if last.as_deref() == Some(head.as_str()) {
+            return None;
+        }
+        let result = git.load_at(&checkout, &head).map(|d| (d, head.clone()));
+        *last = Some(head);
+        Some(result)
+    }
+
+    /// The poll interval (Git only).
+    pub fn interval_ms(&self) -> Option<u64> {
+        match self {
+            Source::Git(git) => Some(git.interval_ms),
+            Source::Files(_) => None,
+        }
+    }
+
+    /// Commits a durable change (Git only) on the watched branch or, with `proposeOnly`, on a
+    /// branch of its own, as the controller's identity, never forced (re-applied on a moved
+    /// head). Returns the commit and the branch, or None when Git already says it.
+    pub fn commit_change(
+        &self,
+        change: &GitChange,
+    ) -> Result<Option<(String, String)>, ServeError> {
+        let Source::Git(git) = self else {
+            return Ok(None);
+        };
+        let branch = if git.config.propose_only {
+            change.proposal_branch.clone()
+        } else {
+            git.config.branch.clone()
+        };
+        let prefix = git.config.path.trim_matches('/').to_owned();
+        let message = format!(
+            "{}\n\nCommitted by the Flotilla controller {} <{}>.\n\n{}",
+            change.body.trim_end(),
+            git.identity.name,
+            git.identity.email,
+            change.trailers
+        );
+        let checkout = git.checkout.lock().expect("checkout lock");
+        let pushed = checkout
+            .push_change(&branch, &git.identity, &message, |files| {
+                edit_files(files, &prefix, change)
+            })
+            .map_err(|e| ServeError::Io(e.to_string()))?;
+        Ok(match pushed {
+            Pushed::Commit { id, .. } => Some((id, branch)),
+            Pushed::NothingToDo => None,
+        })
+    }
+}
+
+impl GitSource {
+    fn load_at(&self, checkout: &Checkout, head: &str) -> Result<DesiredSet, ServeError> {
+        let files = checkout
+            .files(head, &self.config.path)
+            .map_err(|e| ServeError::Invalid(e.to_string()))?;
+        let short = &head[..head.len().min(12)];
+        let prefix = self.config.path.trim_matches('/');
+        let mut manifests = Vec::new();
+        let mut diagnostics = Vec::new();
+        let mut overlays = Vec::new();
+        for (path, bytes) in files.iter().filter(|(p, _)| is_manifest(p)) {
+            let inner = path
+                .strip_prefix(prefix)
+                .map_or(path.as_str(), |p| p.trim_start_matches('/'));
+            if let Some((cluster, dir)) = overlay_name(inner) {
+                overlays.push((format!("{path}@{short}"), cluster, dir, bytes.clone()));
+                continue;
+            }
+            let load = manifest::load_bytes(&format!("{path}@{short}"), bytes);
+            manifests.extend(load.manifests);
+            diagnostics.extend(load.diagnostics);
+        }
+        Ok(desired_from(
+            &manifests,
+            diagnostics,
+            &overlays,
+            &format!("{}@{short}:{}", self.config.url, self.config.path),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -124,15 +124,19 @@ impl AgentBackend {
             && running.desired_replicas > 0
         {
             match &canary_target {
-                Some((version, replicas)) if &running.version == version => {
-                    if *replicas < running.desired_replicas && (*replicas > 0 || canary_weight == 0)
-                    {
-                        self.client
-                            .scale(CANARY, version, *replicas)
-                            .await
-                            .map_err(typed)?;
-                    }
+                // The canary keeps its version and shrinks: to nothing only once it gets no
+                // traffic.
+                Some((version, replicas))
+                    if &running.version == version
+                        && *replicas < running.desired_replicas
+                        && (*replicas > 0 || canary_weight == 0) =>
+                {
+                    self.client
+                        .scale(CANARY, version, *replicas)
+                        .await
+                        .map_err(typed)?;
                 }
+                Some((version, _)) if &running.version == version => {}
                 // The canary subset runs a version no revision wants there (or nothing is a
                 // canary any more): emptied once it gets no traffic.
                 _ if canary_target.as_ref().is_none_or(|(_, n)| *n == 0) && canary_weight == 0 => {

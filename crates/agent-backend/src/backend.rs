@@ -22,10 +22,6 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_agent::client::{AgentClient, ClientError};
-use flotilla_agent::config::{CANARY, STABLE};
-use flotilla_agent::control::AgentStatus;
-use flotilla_agent::router::{HeaderMatch, MirrorSpec, RouteSpec};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
 use flotilla_core::backend::{
     BackendError, BoxFuture, Capabilities, ClusterBackend, ClusterCommand, ClusterDesired,
@@ -35,6 +31,8 @@ use flotilla_core::rollout::{ReplicaCounts, RevisionNumber, Weights};
 use flotilla_core::spec::rollout::{HeaderRoutingMatch, RouteMatch, StringMatch};
 
 use crate::builtin::BuiltinProvider;
+use crate::client::{AgentClient, ClientError};
+use crate::wire::{AgentStatus, CANARY, HeaderMatch, MirrorSpec, RouteSpec, STABLE};
 
 /// One agent as the controller drives it.
 #[derive(Debug, Clone)]

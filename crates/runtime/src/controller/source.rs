@@ -17,11 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use flotilla_agent::ConfigError;
-use flotilla_agent::config::parse_located;
 use flotilla_core::diagnostic::{Diagnostic, Severity};
 use flotilla_core::fleet::{ClusterOverlay, Pin};
 use flotilla_core::lint::{self, Options};
+use flotilla_core::manifest::located::{ConfigError, parse_located};
 use flotilla_core::manifest::{self, LoadedManifest};
 use flotilla_core::spec::Manifest;
 use flotilla_core::spec::analysis::AnalysisTemplate;

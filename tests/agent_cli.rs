@@ -7,10 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flotilla_agent::AgentClient;
-use flotilla_agent::client::ClientError;
 use flotilla_agent::loadgen::{self, Target};
-use flotilla_agent::workload::{Phase, SubsetStatus};
+use flotilla_agent_backend::wire::{Phase, SubsetStatus};
+use flotilla_agent_backend::{AgentClient, ClientError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_flotilla");
 

@@ -22,7 +22,14 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         .expect("rustc names its host");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--filter-platform",
+            &host,
+        ])
         .current_dir(root())
         .output()
         .expect("cargo metadata runs");
@@ -103,7 +110,14 @@ fn the_core_performs_no_io() {
     assert!(files.len() > 50, "the core's sources were found");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for api in ["std::fs", "std::net", "std::process", "std::env", "SystemTime::now", "Instant::now"] {
+        for api in [
+            "std::fs",
+            "std::net",
+            "std::process",
+            "std::env",
+            "SystemTime::now",
+            "Instant::now",
+        ] {
             assert!(
                 !text.contains(api),
                 "{} uses {api}: the core must perform no I/O and read no clock",

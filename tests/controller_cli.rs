@@ -1188,7 +1188,7 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
             .iter()
             .position(|s| s.name == "canary-eu-west")
             .unwrap();
-        let agent = flotilla_agent::AgentClient::new(lab.controls[site].clone()).unwrap();
+        let agent = flotilla_agent_backend::AgentClient::new(lab.controls[site].clone()).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let status = agent.status().await.unwrap();
@@ -1379,11 +1379,11 @@ fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart(
         }
         // Someone puts the rejected version on prod-us-east by hand: drift, corrected to its pin.
         let us_east = SITES.iter().position(|s| s.name == "prod-us-east").unwrap();
-        let agent = flotilla_agent::AgentClient::new(lab.controls[us_east].clone())
+        let agent = flotilla_agent_backend::AgentClient::new(lab.controls[us_east].clone())
             .unwrap()
             .with_token(demo::read_agent_token(lab.dir.path()).unwrap());
         agent.scale("stable", NEW, 2).await.unwrap();
-        let stable = |status: &flotilla_agent::control::AgentStatus| {
+        let stable = |status: &flotilla_agent_backend::wire::AgentStatus| {
             status
                 .subsets
                 .iter()
@@ -1442,14 +1442,17 @@ struct Watch {
 
 impl Watch {
     fn start(controls: &[String]) -> Watch {
-        let agents: Vec<(String, flotilla_agent::AgentClient)> = SITES
+        let agents: Vec<(String, flotilla_agent_backend::AgentClient)> = SITES
             .iter()
             .zip(controls)
             .map(|(site, c)| {
                 (
                     site.name.to_owned(),
-                    flotilla_agent::AgentClient::with_timeout(c.clone(), Duration::from_secs(2))
-                        .unwrap(),
+                    flotilla_agent_backend::AgentClient::with_timeout(
+                        c.clone(),
+                        Duration::from_secs(2),
+                    )
+                    .unwrap(),
                 )
             })
             .collect();
@@ -1654,7 +1657,7 @@ fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fle
             assert_eq!(c.status, "NotStarted", "{name}: {c:#?}");
         }
         for (i, site) in SITES.iter().enumerate().skip(1) {
-            let agent = flotilla_agent::AgentClient::new(lab.controls[i].clone()).unwrap();
+            let agent = flotilla_agent_backend::AgentClient::new(lab.controls[i].clone()).unwrap();
             let status = agent.status().await.unwrap();
             for subset in &status.subsets {
                 assert!(
@@ -1810,7 +1813,7 @@ fn resumes_after_an_upgrade(fixture: &str) {
         );
         // The data plane, not only the record: every agent serves 1.9.0 from its stable subset.
         for (site, control) in SITES.iter().zip(&lab.controls) {
-            let status = flotilla_agent::AgentClient::new(control.clone())
+            let status = flotilla_agent_backend::AgentClient::new(control.clone())
                 .unwrap()
                 .status()
                 .await

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use flotilla_agent::AgentClient;
-use flotilla_agent::control::WindowQuery;
 use flotilla_agent::loadgen::{self, Target};
+use flotilla_agent_backend::AgentClient;
+use flotilla_agent_backend::wire::WindowQuery;
 use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::OperatorCommand;
 use serde::Serialize;

@@ -22,19 +22,17 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_agent::client::{AgentClient, ClientError};
-use flotilla_agent::config::{CANARY, STABLE};
-use flotilla_agent::control::AgentStatus;
-use flotilla_agent::router::{HeaderMatch, MirrorSpec, RouteSpec};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
 use flotilla_core::backend::{
     BackendError, BoxFuture, Capabilities, ClusterBackend, ClusterCommand, ClusterDesired,
-    ClusterObserved, ObservedRevision, capabilities::TrafficProviders,
+    ClusterObserved, ObservedRevision, capabilities::TrafficProviders, image_version,
 };
 use flotilla_core::rollout::{ReplicaCounts, RevisionNumber, Weights};
 use flotilla_core::spec::rollout::{HeaderRoutingMatch, RouteMatch, StringMatch};
 
 use crate::builtin::BuiltinProvider;
+use crate::client::{AgentClient, ClientError};
+use crate::wire::{AgentStatus, CANARY, HeaderMatch, MirrorSpec, RouteSpec, STABLE};
 
 /// One agent as the controller drives it.
 #[derive(Debug, Clone)]
@@ -124,6 +122,8 @@ impl AgentBackend {
             && running.desired_replicas > 0
         {
             match &canary_target {
+                // The canary keeps its version and shrinks: to nothing only once it gets no
+                // traffic.
                 Some((version, replicas))
                     if &running.version == version
                         && *replicas < running.desired_replicas
@@ -366,31 +366,9 @@ fn mirror_route(
     })
 }
 
-/// The version a Rollout's pod template runs, as the agent's workload template receives it: the
-/// first container image's tag (`registry/app:1.9.0` → `1.9.0`), its digest when pinned by one,
-/// or `latest` without either.
-pub fn image_version(image: &str) -> String {
-    if let Some((_, digest)) = image.split_once('@') {
-        return digest.to_owned();
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.split_once(':') {
-        Some((_, tag)) if !tag.is_empty() => tag.to_owned(),
-        _ => "latest".to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_come_from_the_image_tag_or_digest() {
-        assert_eq!(image_version("registry.example/payment-api:1.9.0"), "1.9.0");
-        assert_eq!(image_version("localhost:5000/app"), "latest");
-        assert_eq!(image_version("localhost:5000/app:2"), "2");
-        assert_eq!(image_version("app@sha256:abc"), "sha256:abc");
-    }
 
     #[test]
     fn failures_are_typed() {

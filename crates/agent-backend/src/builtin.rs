@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_agent::client::AgentClient;
-use flotilla_agent::config::{CANARY, STABLE};
-use flotilla_agent::control::WindowQuery;
-use flotilla_agent::stats::Window;
 use flotilla_core::analysis::{MeasureRequest, Measurer, MetricResult, Millis, Outcome};
 use flotilla_core::spec::analysis::{BuiltinStatistic, TrafficSubset};
+
+use crate::client::AgentClient;
+use crate::wire::{BUCKET_SECONDS, CANARY, STABLE, Window, WindowQuery};
 
 /// The `builtin` metric provider: the agent's own traffic statistics for one subset over a
 /// window ending at the measurement, never reaching before the run's start (a subset's earlier
@@ -79,12 +78,9 @@ impl Measurer for BuiltinProvider {
                 start: Some(((start_ms / 1000).max(0) as u64).min(end.saturating_sub(1))),
                 end: Some(end),
                 quantile: Some(quantile),
-                step: request.step.map(|ms| {
-                    format!(
-                        "{}s",
-                        (ms / 1000).max(flotilla_agent::stats::BUCKET_SECONDS)
-                    )
-                }),
+                step: request
+                    .step
+                    .map(|ms| format!("{}s", (ms / 1000).max(BUCKET_SECONDS))),
                 ..WindowQuery::default()
             }
         } else {

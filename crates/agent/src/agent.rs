@@ -11,63 +11,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::auth::{ControlToken, TOKEN_ENV, TokenError, TokenOrigin};
-use crate::config::{AgentConfig, ConfigError};
-use crate::router::{Router, RouterError};
+use crate::auth::{ControlToken, TOKEN_ENV, TokenOrigin};
+use crate::config::AgentConfig;
+use crate::error::AgentError;
+use crate::router::Router;
+use crate::shared::Shared;
 use crate::stats::Stats;
-use crate::workload::{Desired, WorkloadError, Workloads};
-
-/// Why the agent cannot start or cannot apply a configuration.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A listener cannot be bound.
-    #[error("cannot listen on {addr} for the {what}: {source}{hint}",
-        hint = if source.kind() == std::io::ErrorKind::AddrInUse {
-            " (another process holds this port; pick another in the configuration)"
-        } else { "" })]
-    Listen {
-        /// Which listener.
-        what: &'static str,
-        /// Where.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The routing part of the configuration was refused.
-    #[error(transparent)]
-    Router(#[from] RouterError),
-    /// The workload part of the configuration was refused.
-    #[error(transparent)]
-    Workload(#[from] WorkloadError),
-    /// A new configuration cannot be applied to the running agent.
-    #[error("{0}")]
-    Reload(String),
-    /// Signal handling could not be set up.
-    #[error("cannot handle signals: {0}")]
-    Signals(std::io::Error),
-    /// The router's threads cannot be started.
-    #[error("cannot start the router's threads: {0}")]
-    Threads(std::io::Error),
-    /// The control API's token cannot be read or created.
-    #[error(transparent)]
-    Token(#[from] TokenError),
-}
-
-/// What the control API and the agent share.
-pub(crate) struct Shared {
-    pub(crate) config: Mutex<AgentConfig>,
-    pub(crate) config_path: Option<PathBuf>,
-    pub(crate) router: Arc<Router>,
-    pub(crate) workloads: Workloads,
-    pub(crate) stats: Arc<Stats>,
-    /// The bearer token the control API's changes need.
-    pub(crate) token: ControlToken,
-    /// Serializes reloads.
-    reload: Mutex<()>,
-}
+use crate::workload::Workloads;
 
 /// A running agent.
 pub struct Agent {
@@ -142,17 +92,14 @@ impl Agent {
             seed,
             stats.clone(),
         )?);
-        let workloads = Workloads::new(router.clone());
-        let shared = Arc::new(Shared {
-            config: Mutex::new(config.clone()),
+        let threads = config.router.threads;
+        let shared = Arc::new(Shared::start(
+            config,
             config_path,
-            router: router.clone(),
-            workloads,
+            router.clone(),
             stats,
             token,
-            reload: Mutex::new(()),
-        });
-        shared.apply_workloads(&config, None)?;
+        )?);
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let make_handler = move || {
@@ -164,13 +111,9 @@ impl Agent {
                 async move { router.handle_with(&upstreams, request).await }
             }
         };
-        let workers = crate::serve::Workers::start(
-            config.router.threads,
-            "router",
-            Duration::from_secs(10),
-            make_handler,
-        )
-        .map_err(AgentError::Threads)?;
+        let workers =
+            crate::serve::Workers::start(threads, "router", Duration::from_secs(10), make_handler)
+                .map_err(AgentError::Threads)?;
         let router_task = tokio::spawn(workers.accept(router_listener, shutdown_rx.clone()));
         let control_task = tokio::spawn(crate::control::serve(
             shared.clone(),
@@ -240,112 +183,6 @@ impl Agent {
         if let Some(task) = control_task {
             let _ = task.await;
         }
-    }
-}
-
-impl Shared {
-    pub(crate) fn reload(&self) -> Result<(), AgentError> {
-        let Some(path) = &self.config_path else {
-            return Err(AgentError::Reload(
-                "this agent was not started from a configuration file".into(),
-            ));
-        };
-        let config = AgentConfig::load(path)?;
-        self.apply(config)
-    }
-
-    /// Checks that `new` can replace the configuration in effect, then applies its subsets.
-    /// Weights, routes, mirrors and the seed apply at start only: afterwards the control API
-    /// owns them.
-    pub(crate) fn apply(&self, new: AgentConfig) -> Result<(), AgentError> {
-        let _guard = self.reload.lock().expect("reload lock");
-        let old = self.config.lock().expect("config lock").clone();
-        if new.router != old.router || new.control != old.control {
-            return Err(AgentError::Reload(
-                "the listen addresses cannot change while the agent runs, nor the router's threads \
-                 or the control API's token file; restart it"
-                    .into(),
-            ));
-        }
-        if new.max_weight != old.max_weight {
-            return Err(AgentError::Reload(format!(
-                "maxWeight cannot change while the agent runs (it is {}); restart it",
-                old.max_weight
-            )));
-        }
-        if let Some(gone) = old.subsets.keys().find(|s| !new.subsets.contains_key(*s)) {
-            return Err(AgentError::Reload(format!(
-                "subset {gone:?} cannot be removed while the agent runs; restart it"
-            )));
-        }
-        for name in new.subsets.keys() {
-            if !self.router.has_subset(name) {
-                self.router.add_subset(name);
-                self.stats.ensure(name);
-            }
-        }
-        self.apply_workloads(&new, Some(&old))?;
-        *self.config.lock().expect("config lock") = new;
-        Ok(())
-    }
-
-    /// Applies the subsets of `config`. A subset's version and replica count from the file
-    /// win only when they differ from `previous` (the operator edited them); otherwise what the
-    /// control API set is kept. Everything is checked before anything changes.
-    fn apply_workloads(
-        &self,
-        config: &AgentConfig,
-        previous: Option<&AgentConfig>,
-    ) -> Result<(), AgentError> {
-        enum Plan {
-            Fixed(Vec<SocketAddr>),
-            Processes(Desired),
-            Nothing,
-        }
-        let mut plans = Vec::new();
-        for (name, subset) in &config.subsets {
-            if !subset.endpoints.is_empty() {
-                plans.push((name, Plan::Fixed(subset.endpoints.clone())));
-                continue;
-            }
-            let template = config.template_of(name).cloned();
-            let live = self.workloads.desired(name);
-            let edited = previous
-                .and_then(|p| p.subsets.get(name))
-                .is_none_or(|old| old.version != subset.version || old.replicas != subset.replicas);
-            let (version, replicas) = match live {
-                Some(live) if !edited => (live.version, live.replicas),
-                _ => (subset.version.clone(), subset.replicas),
-            };
-            if replicas > 0 && template.is_none() {
-                return Err(WorkloadError::NoTemplate(name.clone()).into());
-            }
-            if template.is_none() && self.workloads.desired(name).is_none() {
-                plans.push((name, Plan::Nothing));
-            } else {
-                plans.push((
-                    name,
-                    Plan::Processes(Desired {
-                        version,
-                        replicas,
-                        template,
-                    }),
-                ));
-            }
-        }
-        for (name, plan) in plans {
-            match plan {
-                Plan::Fixed(endpoints) => self.workloads.set_fixed(name, endpoints),
-                Plan::Processes(desired) => {
-                    if self.workloads.desired(name).as_ref() != Some(&desired) {
-                        self.workloads.set_desired(name, desired)?;
-                    }
-                }
-                // No endpoints and no processes: the subset exists and has nothing ready.
-                Plan::Nothing => self.workloads.set_fixed(name, Vec::new()),
-            }
-        }
-        Ok(())
     }
 }
 

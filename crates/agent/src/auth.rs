@@ -1,8 +1,8 @@
-//! The control API's bearer token: where it comes from (the environment's
-//! `FLOTILLA_AGENT_TOKEN`, the configuration's `control.tokenFile`, or `<config file>.token`
-//! created with mode 0600 at first start), how a token file is read (refused when missing,
-//! empty, open to every user or not a header-safe token), and the constant-time comparison the
-//! API checks a request's token with.
+//! The control API's bearer token from the agent's side: where it comes from (the
+//! environment's `FLOTILLA_AGENT_TOKEN`, the configuration's `control.tokenFile`, or
+//! `<config file>.token` created with mode 0600 at first start), and the constant-time
+//! comparison the API checks a request's token with. A token file is read, and a token checked,
+//! by the rules callers share ([`flotilla_agent_backend::token`]).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -11,11 +11,10 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use flotilla_agent_backend::token::{TokenFileError, read_token_file, token_problem};
+
 /// The environment variable whose token overrides any token file.
 pub const TOKEN_ENV: &str = "FLOTILLA_AGENT_TOKEN";
-
-/// The longest token accepted.
-const MAX_TOKEN_LEN: usize = 4096;
 
 /// Why a token cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -27,15 +26,8 @@ pub enum TokenError {
         problem: String,
     },
     /// A token file cannot be used.
-    #[error("the token file {} ({field}) {problem}", path.display())]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// The setting that names it (`control.tokenFile`).
-        field: String,
-        /// What is wrong with it.
-        problem: String,
-    },
+    #[error(transparent)]
+    File(#[from] TokenFileError),
     /// A token given in code is not usable.
     #[error("the control API token {0}")]
     Given(String),
@@ -44,56 +36,6 @@ pub enum TokenError {
 /// Whether two byte strings are equal, in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// What is wrong with a token's text (already trimmed), if anything: it must be 1 to 4096
-/// visible ASCII characters, which an HTTP header carries unchanged.
-fn token_problem(token: &str) -> Option<String> {
-    if token.is_empty() {
-        return Some("is empty".into());
-    }
-    if token.len() > MAX_TOKEN_LEN {
-        return Some(format!("is longer than {MAX_TOKEN_LEN} characters"));
-    }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Some(
-            "holds characters a bearer token cannot carry (only visible ASCII, no spaces)".into(),
-        );
-    }
-    None
-}
-
-/// Reads a token file: it must exist, be open to no user but its owner and group (no
-/// permission bit for others), and hold one token (surrounding whitespace is ignored). `field`
-/// names the setting in errors.
-pub fn read_token_file(path: &Path, field: &str) -> Result<String, TokenError> {
-    let fail = |problem: String| TokenError::File {
-        path: path.to_owned(),
-        field: field.to_owned(),
-        problem,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot be read: {e}")))?;
-    if !meta.is_file() {
-        return Err(fail("is not a file".into()));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o007 != 0 {
-        return Err(fail(format!(
-            "is open to every user (mode {mode:03o}); `chmod 600` it"
-        )));
-    }
-    if meta.len() > 2 * MAX_TOKEN_LEN as u64 {
-        return Err(fail(format!(
-            "is {} bytes; a token is at most {MAX_TOKEN_LEN} characters",
-            meta.len()
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot be read: {e}")))?;
-    let token = text.trim();
-    if let Some(problem) = token_problem(token) {
-        return Err(fail(problem));
-    }
-    Ok(token.to_owned())
 }
 
 /// `<config file>.token`: where an agent keeps the token it creates.
@@ -114,10 +56,12 @@ fn random_token() -> std::io::Result<String> {
 /// Creates `path` (mode 0600, refusing to replace anything) holding a new random token.
 /// Ok(None) when another process created it first.
 fn create_token_file(path: &Path) -> Result<Option<String>, TokenError> {
-    let fail = |problem: String| TokenError::File {
-        path: path.to_owned(),
-        field: "the default token file".into(),
-        problem,
+    let fail = |problem: String| {
+        TokenError::File(TokenFileError {
+            path: path.to_owned(),
+            field: "the default token file".into(),
+            problem,
+        })
     };
     let token = random_token().map_err(|e| {
         fail(format!(

@@ -18,18 +18,20 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use flotilla_agent_backend::wire::{
+    AgentStatus, CANARY, MirrorBody, MirrorSpec, RouteBody, RouteSpec, Scale, SetWeights,
+    SubsetStatus, Weights, Window, WindowQuery,
+};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use crate::query::WindowQuery;
-
-use crate::agent::{AgentError, Shared};
 use crate::auth::ControlToken;
-use crate::router::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec, RouterError, Weights};
-use crate::stats::Window;
-use crate::workload::{SubsetStatus, WorkloadError};
+use crate::error::AgentError;
+use crate::query::{QueryError, plan_series, plan_window};
+use crate::router::RouterError;
+use crate::shared::Shared;
+use crate::workload::WorkloadError;
 
 type AppState = State<Arc<Shared>>;
 
@@ -73,8 +75,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::query::QueryError> for ApiError {
-    fn from(e: crate::query::QueryError) -> Self {
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
         ApiError::bad_request(e.0)
     }
 }
@@ -155,68 +157,6 @@ fn check_subset(shared: &Shared, subset: &str) -> Result<(), ApiError> {
             shared.router.subsets().join(", ")
         )))
     }
-}
-
-/// `PUT /v1/weights`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SetWeights {
-    /// The canary's weight, 0..=max.
-    pub canary: u32,
-}
-
-/// `PUT /v1/routes/{name}`: a route without its name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RouteBody {
-    /// Where matching requests go.
-    pub subset: String,
-    /// Match on a header.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<HeaderMatch>,
-    /// Match on a cookie.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cookie: Option<CookieMatch>,
-}
-
-/// `PUT /v1/mirrors/{name}`: a mirror without its name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MirrorBody {
-    /// Where copies go (default canary).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subset: Option<String>,
-    /// The share copied, 0..=100.
-    pub percentage: u32,
-    /// Only requests that match this header are copied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<HeaderMatch>,
-}
-
-/// `PUT /v1/subsets/{subset}/scale`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Scale {
-    /// The version to run.
-    pub version: String,
-    /// How many replicas.
-    pub replicas: u32,
-}
-
-/// `GET /v1/status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentStatus {
-    /// The cluster.
-    pub cluster: String,
-    /// The weights in effect.
-    pub weights: Weights,
-    /// The routes in effect, in the order they are tried.
-    pub routes: Vec<RouteSpec>,
-    /// The mirror routes in effect.
-    pub mirrors: Vec<MirrorSpec>,
-    /// Every subset's workload.
-    pub subsets: Vec<SubsetStatus>,
 }
 
 pub(crate) async fn serve(
@@ -365,9 +305,7 @@ async fn set_mirror(
     body: Bytes,
 ) -> Result<Json<Vec<MirrorSpec>>, ApiError> {
     let body: MirrorBody = decode(&body)?;
-    let subset = body
-        .subset
-        .unwrap_or_else(|| crate::config::CANARY.to_owned());
+    let subset = body.subset.unwrap_or_else(|| CANARY.to_owned());
     check_subset(&shared, &subset)?;
     shared.router.set_mirror(MirrorSpec {
         name,
@@ -465,7 +403,7 @@ async fn stats(
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Window>, ApiError> {
     let (stats, query) = query_of(&shared, &subset, query)?;
-    let (start, end) = query.window(now_end())?;
+    let (start, end) = plan_window(&query, now_end())?;
     Ok(Json(stats.window(&subset, start, end, query.quantile)))
 }
 
@@ -475,8 +413,7 @@ async fn series(
     query: Result<Query<WindowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<Window>>, ApiError> {
     let (stats, query) = query_of(&shared, &subset, query)?;
-    let windows = query
-        .series(now_end())?
+    let windows = plan_series(&query, now_end())?
         .into_iter()
         .map(|(from, to)| stats.window(&subset, from, to, query.quantile))
         .collect();

@@ -4,15 +4,16 @@
 //! ([`router`]), the revisions it routes to run as local processes ([`workload`]), per-subset
 //! traffic statistics kept in 10-second buckets ([`stats`]), and a control API on loopback
 //! ([`control`], its changes behind a bearer token: [`auth`]; its statistics queries planned
-//! in [`query`]) that the controller drives through [`AgentClient`]. The agent keeps serving with
-//! its last configuration when the controller goes away.
+//! in [`query`]), configured from a file ([`config`]). The control API's wire types, and the
+//! client the controller drives it through, are [`flotilla_agent_backend`]'s: the controller
+//! links them without this crate. The agent keeps serving with its last configuration when the
+//! controller goes away.
 //!
 //! The crate also holds the [`demo_app`] service (whose latency, errors and dependency calls come
 //! from its flags) and the open-loop [`loadgen`] that only ever targets loopback.
 
 pub mod agent;
 pub mod auth;
-pub mod client;
 pub mod config;
 pub mod control;
 pub mod demo_app;
@@ -22,11 +23,13 @@ pub mod router;
 pub mod stats;
 pub mod workload;
 
+mod error;
 mod serve;
+mod shared;
 
-pub use agent::{Agent, AgentError};
-pub use client::{AgentClient, ClientError};
-pub use config::{AgentConfig, ConfigError};
+pub use agent::Agent;
+pub use config::AgentConfig;
+pub use error::AgentError;
 
 /// The tokio runtime the agent and the demo service run on: multi-threaded, two workers
 /// (enough for loopback traffic, and friendly to small machines).

@@ -226,7 +226,7 @@ async fn send(client: &HttpClient, request: Request<Empty<Bytes>>) -> Result<u16
         let response = client
             .request(request)
             .await
-            .map_err(|e| crate::router::error_chain(&e))?;
+            .map_err(|e| flotilla_agent_backend::client::error_chain(&e))?;
         let status = response.status().as_u16();
         response
             .into_body()

@@ -2,11 +2,9 @@
 //! `now`, with every piece of arithmetic on request input checked and every result bounded
 //! (a window at most [`MAX_WINDOW_SECS`] long ending at most [`MAX_FUTURE_SECS`] after `now`;
 //! a series at most [`MAX_SERIES_POINTS`] windows). The control API's `stats` and `series`
-//! endpoints answer exactly what [`WindowQuery::window`] and [`WindowQuery::series`] plan.
+//! endpoints answer exactly what [`plan_window`] and [`plan_series`] plan.
 
-use serde::{Deserialize, Serialize};
-
-use crate::stats::BUCKET_SECONDS;
+use flotilla_agent_backend::wire::{BUCKET_SECONDS, WindowQuery};
 
 /// Most windows one series answers.
 pub const MAX_SERIES_POINTS: u64 = 2_000;
@@ -25,32 +23,6 @@ fn refuse<T>(message: impl Into<String>) -> Result<T, QueryError> {
     Err(QueryError(message.into()))
 }
 
-/// The window of `GET /v1/subsets/{subset}/stats`: either `window` (a duration such as `2m`)
-/// ending `offset` ago (default now), or `start` and `end` in Unix seconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WindowQuery {
-    /// The window's length (`30s`, `2m`, `1h`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<String>,
-    /// How long ago the window ends (default `0s`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<String>,
-    /// Start, Unix seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<u64>,
-    /// End, Unix seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end: Option<u64>,
-    /// A latency quantile to report, 0..=1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantile: Option<f64>,
-    /// `GET /v1/subsets/{subset}/series` only: the length of each window of the series (at
-    /// least 10s, the bucket).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-}
-
 /// A duration parameter in whole seconds.
 fn duration_secs(text: &str, what: &str) -> Result<u64, QueryError> {
     flotilla_core::spec::common::parse_duration(text)
@@ -58,101 +30,99 @@ fn duration_secs(text: &str, what: &str) -> Result<u64, QueryError> {
         .map_err(|e| QueryError(format!("{what}: {e}")))
 }
 
-impl WindowQuery {
-    /// The one window `GET …/stats` reads, `[start, end)` in Unix seconds; `now` is the end of
-    /// the current second. Refuses a `step` (a series parameter).
-    pub fn window(&self, now: u64) -> Result<(u64, u64), QueryError> {
-        let window = self.resolve(now)?;
-        if self.step.is_some() {
-            return refuse("step is a parameter of /v1/subsets/{subset}/series");
-        }
-        Ok(window)
+/// The one window `GET …/stats` reads, `[start, end)` in Unix seconds; `now` is the end of
+/// the current second. Refuses a `step` (a series parameter).
+pub fn plan_window(query: &WindowQuery, now: u64) -> Result<(u64, u64), QueryError> {
+    let window = resolve(query, now)?;
+    if query.step.is_some() {
+        return refuse("step is a parameter of /v1/subsets/{subset}/series");
     }
+    Ok(window)
+}
 
-    /// The consecutive windows `GET …/series` reads: `[start, end)` cut into `step`s (the last
-    /// one shorter when `step` does not divide it), at most [`MAX_SERIES_POINTS`] of them.
-    pub fn series(&self, now: u64) -> Result<Vec<(u64, u64)>, QueryError> {
-        let (start, end) = self.resolve(now)?;
-        let step = match &self.step {
-            Some(step) => duration_secs(step, "step")?,
-            None => return refuse("a series needs a step"),
-        };
-        if step < BUCKET_SECONDS {
-            return refuse(format!(
-                "step must be at least {BUCKET_SECONDS}s (the bucket)"
-            ));
-        }
-        // resolve() guarantees start < end.
-        let points = (end - start).div_ceil(step);
-        if points > MAX_SERIES_POINTS {
-            return refuse(format!(
-                "a series has at most {MAX_SERIES_POINTS} points; use a longer step"
-            ));
-        }
-        let mut windows = Vec::with_capacity(points as usize);
-        let mut from = start;
-        while from < end {
-            let to = from.saturating_add(step).min(end);
-            windows.push((from, to));
-            from = to;
-        }
-        Ok(windows)
+/// The consecutive windows `GET …/series` reads: `[start, end)` cut into `step`s (the last
+/// one shorter when `step` does not divide it), at most [`MAX_SERIES_POINTS`] of them.
+pub fn plan_series(query: &WindowQuery, now: u64) -> Result<Vec<(u64, u64)>, QueryError> {
+    let (start, end) = resolve(query, now)?;
+    let step = match &query.step {
+        Some(step) => duration_secs(step, "step")?,
+        None => return refuse("a series needs a step"),
+    };
+    if step < BUCKET_SECONDS {
+        return refuse(format!(
+            "step must be at least {BUCKET_SECONDS}s (the bucket)"
+        ));
     }
+    // resolve guarantees start < end.
+    let points = (end - start).div_ceil(step);
+    if points > MAX_SERIES_POINTS {
+        return refuse(format!(
+            "a series has at most {MAX_SERIES_POINTS} points; use a longer step"
+        ));
+    }
+    let mut windows = Vec::with_capacity(points as usize);
+    let mut from = start;
+    while from < end {
+        let to = from.saturating_add(step).min(end);
+        windows.push((from, to));
+        from = to;
+    }
+    Ok(windows)
+}
 
-    /// The quantile, if any, and `[start, end)` with `start < end`, ending at most a day after
-    /// `now`, at most a day long.
-    fn resolve(&self, now: u64) -> Result<(u64, u64), QueryError> {
-        if let Some(q) = self.quantile
-            && !(0.0..=1.0).contains(&q)
-        {
-            return refuse(format!("quantile must be between 0 and 1, not {q}"));
+/// The quantile, if any, and `[start, end)` with `start < end`, ending at most a day after
+/// `now`, at most a day long.
+fn resolve(query: &WindowQuery, now: u64) -> Result<(u64, u64), QueryError> {
+    if let Some(q) = query.quantile
+        && !(0.0..=1.0).contains(&q)
+    {
+        return refuse(format!("quantile must be between 0 and 1, not {q}"));
+    }
+    let (start, end) = match (query.start, query.end, &query.window) {
+        (Some(start), Some(end), None) if query.offset.is_none() => {
+            if start >= end {
+                return refuse(format!("start ({start}) must be before end ({end})"));
+            }
+            let latest = now.saturating_add(MAX_FUTURE_SECS);
+            if end > latest {
+                return refuse(format!(
+                    "end ({end}) is more than {MAX_FUTURE_SECS}s after now ({now})"
+                ));
+            }
+            (start, end)
         }
-        let (start, end) = match (self.start, self.end, &self.window) {
-            (Some(start), Some(end), None) if self.offset.is_none() => {
-                if start >= end {
-                    return refuse(format!("start ({start}) must be before end ({end})"));
-                }
-                let latest = now.saturating_add(MAX_FUTURE_SECS);
-                if end > latest {
+        (None, None, Some(window)) => {
+            let length = duration_secs(window, "window")?;
+            if length == 0 {
+                return refuse("window must be at least 1s");
+            }
+            if length > MAX_WINDOW_SECS {
+                return refuse(format!(
+                    "window ({length}s) is longer than {MAX_WINDOW_SECS}s"
+                ));
+            }
+            let offset = match &query.offset {
+                Some(o) => duration_secs(o, "offset")?,
+                None => 0,
+            };
+            let end = match now.checked_sub(offset) {
+                Some(end) if end > 0 => end,
+                _ => {
                     return refuse(format!(
-                        "end ({end}) is more than {MAX_FUTURE_SECS}s after now ({now})"
+                        "offset ({offset}s) reaches back before the Unix epoch"
                     ));
                 }
-                (start, end)
-            }
-            (None, None, Some(window)) => {
-                let length = duration_secs(window, "window")?;
-                if length == 0 {
-                    return refuse("window must be at least 1s");
-                }
-                if length > MAX_WINDOW_SECS {
-                    return refuse(format!(
-                        "window ({length}s) is longer than {MAX_WINDOW_SECS}s"
-                    ));
-                }
-                let offset = match &self.offset {
-                    Some(o) => duration_secs(o, "offset")?,
-                    None => 0,
-                };
-                let end = match now.checked_sub(offset) {
-                    Some(end) if end > 0 => end,
-                    _ => {
-                        return refuse(format!(
-                            "offset ({offset}s) reaches back before the Unix epoch"
-                        ));
-                    }
-                };
-                (end.saturating_sub(length), end)
-            }
-            _ => return refuse("give either window (and optionally offset), or start and end"),
-        };
-        if end - start > MAX_WINDOW_SECS {
-            return refuse(format!(
-                "the window from {start} to {end} is longer than {MAX_WINDOW_SECS}s"
-            ));
+            };
+            (end.saturating_sub(length), end)
         }
-        Ok((start, end))
+        _ => return refuse("give either window (and optionally offset), or start and end"),
+    };
+    if end - start > MAX_WINDOW_SECS {
+        return refuse(format!(
+            "the window from {start} to {end} is longer than {MAX_WINDOW_SECS}s"
+        ));
     }
+    Ok((start, end))
 }
 
 #[cfg(test)]
@@ -175,7 +145,7 @@ mod tests {
         // It passed the point count (5 s over a 10 s step is one point), then `from + step`
         // wrapped and the loop never ended.
         let q = span(18446744073709551610, u64::MAX, Some("10s"));
-        let error = q.series(NOW).unwrap_err();
+        let error = plan_series(&q, NOW).unwrap_err();
         assert!(error.0.contains("after now"), "{error}");
     }
 
@@ -183,7 +153,7 @@ mod tests {
     fn series_cut_the_range_into_steps() {
         let q = span(NOW - 95, NOW, Some("30s"));
         assert_eq!(
-            q.series(NOW).unwrap(),
+            plan_series(&q, NOW).unwrap(),
             [
                 (NOW - 95, NOW - 65),
                 (NOW - 65, NOW - 35),
@@ -193,7 +163,7 @@ mod tests {
         );
         // A step longer than the range is one window.
         assert_eq!(
-            span(NOW - 20, NOW, Some("1h")).series(NOW).unwrap(),
+            plan_series(&span(NOW - 20, NOW, Some("1h")), NOW).unwrap(),
             [(NOW - 20, NOW)]
         );
     }
@@ -242,10 +212,10 @@ mod tests {
             ),
         ];
         for (query, needle) in cases {
-            let error = query.series(NOW).unwrap_err();
+            let error = plan_series(&query, NOW).unwrap_err();
             assert!(error.0.contains(needle), "{query:?}: {error}");
         }
-        let error = span(NOW - 100, NOW, Some("10s")).window(NOW).unwrap_err();
+        let error = plan_window(&span(NOW - 100, NOW, Some("10s")), NOW).unwrap_err();
         assert!(error.0.contains("parameter of"), "{error}");
     }
 
@@ -256,9 +226,12 @@ mod tests {
             offset: Some("1h".into()),
             ..WindowQuery::default()
         };
-        assert_eq!(q.window(NOW).unwrap(), (NOW - 3600 - 120, NOW - 3600));
+        assert_eq!(
+            plan_window(&q, NOW).unwrap(),
+            (NOW - 3600 - 120, NOW - 3600)
+        );
         // Near the epoch the window is cut at 0.
-        assert_eq!(q.window(3700).unwrap(), (0, 100));
+        assert_eq!(plan_window(&q, 3700).unwrap(), (0, 100));
     }
 }
 
@@ -374,10 +347,10 @@ mod proptests {
                 // A malformed value is the parser's 400.
                 return Ok(());
             };
-            if let Ok((start, end)) = q.window(now) {
+            if let Ok((start, end)) = plan_window(&q, now) {
                 check_window(start, end, now)?;
             }
-            if let Ok(windows) = q.series(now) {
+            if let Ok(windows) = plan_series(&q, now) {
                 prop_assert!(!windows.is_empty());
                 prop_assert!(windows.len() as u64 <= MAX_SERIES_POINTS);
                 let (first, last) = (windows[0].0, windows[windows.len() - 1].1);
@@ -399,7 +372,7 @@ mod proptests {
             now in now(),
         ) {
             let q = span(start, end, Some(&format!("{step}s")));
-            if let Ok(windows) = q.series(now) {
+            if let Ok(windows) = plan_series(&q, now) {
                 prop_assert!(windows.len() as u64 <= MAX_SERIES_POINTS);
                 prop_assert_eq!(windows[0].0, start);
                 prop_assert_eq!(windows[windows.len() - 1].1, end);

@@ -8,11 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
+use flotilla_agent_backend::wire::{BUCKET_SECONDS, Latency, QuantileValue, Window};
 use hdrhistogram::Histogram;
-use serde::Serialize;
 
-/// The width of one bucket.
-pub const BUCKET_SECONDS: u64 = 10;
 /// How many buckets are kept: 750 × 10 s = 2 h 5 min.
 pub const RETAINED_BUCKETS: u64 = 750;
 /// The upper bounds (seconds) of the exposed request-duration histogram.
@@ -263,59 +261,6 @@ fn status_class(status: u16) -> Option<usize> {
         100..=599 => Some(usize::from(status / 100 - 1)),
         _ => None,
     }
-}
-
-/// A subset's traffic over a window.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Window {
-    /// The subset.
-    pub subset: String,
-    /// Start of the window, Unix seconds (bucket-aligned: buckets that start at or after
-    /// `start - start % 10` are included).
-    pub start: u64,
-    /// End of the window, Unix seconds.
-    pub end: u64,
-    /// Requests answered.
-    pub requests: u64,
-    /// Requests by status class (`1xx` … `5xx`).
-    pub by_class: BTreeMap<String, u64>,
-    /// 5xx answers.
-    pub errors: u64,
-    /// 5xx / requests; absent with no requests.
-    pub error_rate: Option<f64>,
-    /// Requests per second over the window.
-    pub request_rate: f64,
-    /// Latency quantiles in milliseconds; absent with no requests.
-    pub latency_ms: Option<Latency>,
-    /// The quantile asked for, if any.
-    pub quantile: Option<QuantileValue>,
-}
-
-/// Latency quantiles in milliseconds.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Latency {
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
-    /// Mean.
-    pub mean: f64,
-}
-
-/// One asked-for latency quantile.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct QuantileValue {
-    /// The quantile, 0..=1.
-    pub q: f64,
-    /// Its latency in milliseconds; absent with no requests.
-    pub ms: Option<f64>,
 }
 
 #[cfg(test)]

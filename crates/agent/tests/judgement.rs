@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use flotilla_agent::adapter::BuiltinProvider;
 use flotilla_agent::loadgen::{self, Target};
-use flotilla_agent::{Agent, AgentClient, AgentConfig};
+use flotilla_agent::{Agent, AgentConfig};
+use flotilla_agent_backend::AgentClient;
+use flotilla_agent_backend::builtin::BuiltinProvider;
 use flotilla_core::analysis::compare::{baseline_variables, measure};
 use flotilla_core::analysis::{Condition, MeasureRequest, Outcome, measurement_verdict_with};
 use flotilla_core::spec::analysis::{AnalysisPhase, Calibration, MetricProvider};

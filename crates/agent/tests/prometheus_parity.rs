@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use flotilla_agent::adapter::BuiltinProvider;
 use flotilla_agent::loadgen::{self, Target};
-use flotilla_agent::stats::BUCKET_SECONDS;
-use flotilla_agent::{Agent, AgentClient, AgentConfig};
+use flotilla_agent::{Agent, AgentConfig};
+use flotilla_agent_backend::AgentClient;
+use flotilla_agent_backend::builtin::BuiltinProvider;
+use flotilla_agent_backend::wire::BUCKET_SECONDS;
 use flotilla_core::analysis::{MeasureRequest, Measurer, MetricResult, Outcome};
 use flotilla_core::spec::analysis::MetricProvider;
 use flotilla_providers::Providers;

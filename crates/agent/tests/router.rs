@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flotilla_agent::client::ClientError;
-use flotilla_agent::control::WindowQuery;
 use flotilla_agent::demo_app::{DemoConfig, DemoServer};
 use flotilla_agent::loadgen::{self, Target};
-use flotilla_agent::router::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec};
-use flotilla_agent::{Agent, AgentClient, AgentConfig, AgentError};
+use flotilla_agent::{Agent, AgentConfig, AgentError};
+use flotilla_agent_backend::wire::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec, WindowQuery};
+use flotilla_agent_backend::{AgentClient, ClientError};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;

@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_agent::ConfigError;
-use flotilla_agent::config::parse_located;
 use flotilla_core::fleet::{ClusterOverlay, Pin};
 use flotilla_core::manifest::LoadedManifest;
+use flotilla_core::manifest::located::{ConfigError, parse_located};
 use flotilla_core::spec::Manifest;
 use flotilla_core::spec::fleet::{Fleet, FleetRollout};
 

@@ -1,6 +1,7 @@
 //! From file contents to typed manifests: input checks, YAML, kind dispatch, strict decoding, and
 //! precise errors (file, line, column, field path) for everything that does not fit.
 
+pub mod located;
 pub mod yaml;
 
 use serde::{Serialize, de::DeserializeOwned};

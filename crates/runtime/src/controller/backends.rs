@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_agent::AgentClient;
-use flotilla_agent_backend::AgentBackend;
+use flotilla_agent_backend::{AgentBackend, AgentClient};
 use flotilla_core::backend::ClusterBackend;
 use flotilla_core::spec::fleet::Cluster;
 

@@ -20,8 +20,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use flotilla_agent::ConfigError;
-use flotilla_agent::config::parse_located;
+use flotilla_core::manifest::located::{ConfigError, parse_located};
 use flotilla_core::spec::common::parse_duration;
 use serde::{Deserialize, Serialize};
 
@@ -302,7 +301,7 @@ impl DaemonConfig {
         // The agents' tokens: a configured file that is missing, empty or open to every user is
         // an error naming the file and the field.
         let read_token = |field: &str, path: &Path| {
-            flotilla_agent::auth::read_token_file(&resolve(path), field)
+            flotilla_agent_backend::token::read_token_file(&resolve(path), field)
                 .map_err(|e| fail(field, e.to_string()))
         };
         let mut agent_tokens = AgentTokens::default();

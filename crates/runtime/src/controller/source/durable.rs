@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_agent::config::parse_located;
+use flotilla_core::manifest::located::parse_located;
 use flotilla_core::manifest::{self};
 use flotilla_core::spec::Manifest;
 

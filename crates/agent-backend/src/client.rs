@@ -8,10 +8,10 @@ use reqwest::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::control::{AgentStatus, MirrorBody, RouteBody, Scale, SetWeights, WindowQuery};
-use crate::router::{MirrorSpec, RouteSpec, Weights};
-use crate::stats::Window;
-use crate::workload::SubsetStatus;
+use crate::wire::{
+    AgentStatus, MirrorBody, MirrorSpec, RouteBody, RouteSpec, Scale, SetWeights, SubsetStatus,
+    Weights, Window, WindowQuery,
+};
 
 /// Why a control API call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,7 +142,7 @@ impl AgentClient {
         }
         let transport = |e: reqwest::Error| ClientError::Transport {
             url: url.clone(),
-            message: crate::router::error_chain(&e),
+            message: error_chain(&e),
         };
         let response = request.send().await.map_err(transport)?;
         let status = response.status();
@@ -354,6 +354,23 @@ fn query_string(q: &WindowQuery) -> String {
     } else {
         format!("?{}", pairs.join("&"))
     }
+}
+
+/// An error and its sources, joined with ": " (a source whose text the chain already holds is
+/// left out): how a failure to reach an agent is told, and how the agent's router and load
+/// generator tell theirs.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// Percent-encodes a path segment.

@@ -1,0 +1,262 @@
+//! Proxying one request: hop-by-hop headers stripped, the request sent to a ready endpoint
+//! of its subset (retried on another when nothing reached the first), a copy sent to a mirror,
+//! and the answers the router makes itself when no endpoint can take it (503, 502, 504).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_agent_backend::client::error_chain;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper::body::{Body, Incoming};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::endpoints::SubsetEndpoints;
+
+/// The body type the router sends and answers with.
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// The largest request body the router buffers to mirror a request.
+const MIRROR_BODY_LIMIT: usize = 4 * 1024 * 1024;
+/// How long an upstream has to answer with a response head.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An HTTP client to the upstreams with its own pool of keep-alive connections. The router's
+/// threads each hold one, so a request and the upstream connection it rides on are driven by
+/// the same thread (no cross-thread wakeup per request).
+pub type Upstreams = Client<HttpConnector, ProxyBody>;
+
+/// A new client to the upstreams, with its own connection pool, whose connections are driven
+/// by the runtime it is first used on.
+pub fn upstreams() -> Upstreams {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+/// Forwards a request to an endpoint of `subset` (another one when the connection cannot be
+/// made and the request has no body, three attempts at most), and a copy of it to an endpoint
+/// of `mirror`, when given, whose response is discarded.
+pub(super) async fn forward(
+    endpoints: &SubsetEndpoints,
+    client: &Upstreams,
+    subset: &str,
+    mirror: Option<String>,
+    request: Request<Incoming>,
+) -> Response<ProxyBody> {
+    if !endpoints.contains(subset) {
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no ready endpoint in subset {subset:?}: the agent has no such subset\n"),
+        );
+    }
+    let (parts, body) = request.into_parts();
+    let mut headers = parts.headers;
+    strip_hop_by_hop(&mut headers);
+    if !headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(v) = HeaderValue::from_str(authority.as_str())
+    {
+        headers.insert(header::HOST, v);
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    // The headers are moved into the last request built, cloned for the others (a mirror,
+    // a first attempt that may be retried).
+    let mut headers = Some(headers);
+    let build = |addr: SocketAddr,
+                 body: ProxyBody,
+                 headers: &mut Option<HeaderMap>,
+                 last: bool|
+     -> Option<Request<ProxyBody>> {
+        let authority = Authority::try_from(addr.to_string()).ok()?;
+        let uri = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority)
+            .path_and_query(path.clone())
+            .build()
+            .ok()?;
+        let mut req = Request::builder()
+            .method(parts.method.clone())
+            .uri(uri)
+            .body(body)
+            .ok()?;
+        *req.headers_mut() = if last {
+            headers.take()?
+        } else {
+            headers.clone()?
+        };
+        Some(req)
+    };
+
+    // A request with no body can be sent again to another endpoint when the connection
+    // could not be made (nothing reached the first one); a mirrored request is buffered.
+    let empty = body.is_end_stream();
+    let (buffered, mut body): (Option<Bytes>, Option<ProxyBody>) = if empty {
+        (None, None)
+    } else if mirror.is_some() {
+        match Limited::new(body, MIRROR_BODY_LIMIT).collect().await {
+            Ok(collected) => (Some(collected.to_bytes()), None),
+            Err(e) => {
+                return plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("cannot mirror the request: its body could not be read: {e}\n"),
+                );
+            }
+        }
+    } else {
+        (None, Some(body.boxed()))
+    };
+    let make_body = |body: &mut Option<ProxyBody>| -> ProxyBody {
+        if let Some(b) = body.take() {
+            b
+        } else if let Some(bytes) = &buffered {
+            full(bytes.clone())
+        } else {
+            empty_body()
+        }
+    };
+
+    if let Some(mirror) = mirror
+        && let Some(target) = endpoints.pick(&mirror, &[])
+        && let Some(req) = build(target, make_body(&mut None), &mut headers, false)
+    {
+        let client = client.clone();
+        tokio::spawn(async move {
+            if let Ok(Ok(response)) =
+                tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await
+            {
+                let _ =
+                    tokio::time::timeout(UPSTREAM_TIMEOUT, response.into_body().collect()).await;
+            }
+        });
+    }
+
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    loop {
+        let Some(addr) = endpoints.pick(subset, &tried) else {
+            return if tried.is_empty() {
+                plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no ready endpoint in subset {subset:?}\n"),
+                )
+            } else {
+                plain(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "no endpoint of subset {subset:?} accepted a connection (tried {})\n",
+                        list(&tried)
+                    ),
+                )
+            };
+        };
+        tried.push(addr);
+        let retryable = body.is_none();
+        // A request with a body is never sent again; nor is a third attempt.
+        let last = !retryable || tried.len() >= 3;
+        let Some(req) = build(addr, make_body(&mut body), &mut headers, last) else {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!("cannot forward a request for {path:?}\n"),
+            );
+        };
+        match tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await {
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                return Response::from_parts(parts, body.boxed());
+            }
+            Ok(Err(e)) if e.is_connect() && retryable && tried.len() < 3 => continue,
+            Ok(Err(e)) => {
+                return plain(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "upstream {addr} of subset {subset:?} failed: {}\n",
+                        error_chain(&e)
+                    ),
+                );
+            }
+            Err(_) => {
+                return plain(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "upstream {addr} of subset {subset:?} did not answer within {}s\n",
+                        UPSTREAM_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The hop-by-hop headers (RFC 9110 §7.6.1), as names ready to look up (no parsing per
+/// request).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::TRANSFER_ENCODING,
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// A body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn empty_body() -> ProxyBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// A plain-text response the router makes itself.
+fn plain(status: StatusCode, text: String) -> Response<ProxyBody> {
+    let mut response = Response::new(full(text));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

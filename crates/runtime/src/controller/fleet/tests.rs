@@ -302,13 +302,21 @@ spec:
             |c| step(c) >= 2,
         )
         .await;
+        // Settled: the latest desired state was accepted, none lost.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let latest = controller.desired_of("east").unwrap();
         let state = fake.state.lock().unwrap();
         let refused = state.ensures.iter().filter(|(_, ok, _)| !ok).count();
         assert_eq!(refused, 3, "three conflicts answered");
-        let last = &state.ensures.last().unwrap().2;
-        assert_eq!(
-            last.weights.map(|w| w.canary),
-            Some(60),
+        for weight in [30, 60] {
+            assert!(
+                state.accepted_weight_at(weight).is_some(),
+                "weight {weight} reached the cluster"
+            );
+        }
+        let (_, accepted, last) = state.ensures.last().unwrap();
+        assert!(
+            *accepted && *last == latest,
             "the latest state reached the cluster"
         );
     }

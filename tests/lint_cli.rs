@@ -351,3 +351,108 @@ fn strict_turns_warnings_into_failures() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
 }
+
+/// A Rollout that needs what an agent cluster cannot do (a header route on two headers, a
+/// mirror on a path) is refused by name, at the Rollout's field; the same Rollout on one
+/// header lints clean.
+#[test]
+fn a_rollout_needing_what_a_clusters_backend_lacks_is_refused_by_name() {
+    let fleet = r#"apiVersion: flotilla.dev/v1alpha1
+kind: Fleet
+metadata: {name: edge}
+spec:
+  clusters:
+    - {name: east, endpoint: {agent: "http://127.0.0.1:7101"}}
+---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {name: app}
+spec:
+  fleet: edge
+  rollout: app
+  waves:
+    list:
+      - {cluster: east, wave: 1}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {name: app}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: app, image: "app:1.0"}]
+  strategy:
+    canary:
+      canaryService: app-canary
+      stableService: app-stable
+      trafficRouting:
+        plugins: {flotilla/agent: {}}
+        managedRoutes: [{name: beta}, {name: shadow}]
+      steps:
+        - setWeight: 10
+        - setHeaderRoute:
+            name: beta
+            match:
+              - {headerName: x-beta, headerValue: {exact: "1"}}
+              - {headerName: x-tier, headerValue: {exact: gold}}
+        - setMirrorRoute:
+            name: shadow
+            percentage: 10
+            match:
+              - path: {prefix: /api}
+        - pause: {}
+"#;
+    let (_dir, path) = temp_file("fleet.yaml", fleet.as_bytes());
+    let outcome = lint(&[path.to_str().unwrap()]);
+    let refused: Vec<&Value> = errors(&outcome)
+        .into_iter()
+        .filter(|d| d["rule"] == "backend/capability")
+        .collect();
+    assert_eq!(refused.len(), 2, "{:#?}", outcome.diagnostics);
+    assert_eq!(outcome.code, 1);
+    assert_eq!(
+        refused[0]["path"],
+        "spec.strategy.canary.steps[1].setHeaderRoute.match"
+    );
+    assert_eq!(refused[0]["line"], 39, "the `match:` line");
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"east\" (agent) lacks header routes with 2 conditions (at most 1)"),
+        "{refused:#?}"
+    );
+    assert_eq!(
+        refused[1]["path"],
+        "spec.strategy.canary.steps[2].setMirrorRoute.match[0]"
+    );
+    assert!(
+        refused[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mirror routes on method or path")
+    );
+    // One header, a header mirror: clean of the rule.
+    let fits = fleet
+        .replace(
+            "              - {headerName: x-tier, headerValue: {exact: gold}}\n",
+            "",
+        )
+        .replace(
+            "              - path: {prefix: /api}",
+            "              - headers: {x-shadow: {exact: \"1\"}}",
+        );
+    let (_dir, path) = temp_file("fleet.yaml", fits.as_bytes());
+    let outcome = lint(&[path.to_str().unwrap()]);
+    assert!(
+        !outcome
+            .diagnostics
+            .iter()
+            .any(|d| d["rule"] == "backend/capability"),
+        "{:#?}",
+        outcome.diagnostics
+    );
+}

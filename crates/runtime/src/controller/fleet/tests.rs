@@ -406,4 +406,41 @@ spec:
             "{entry:?}"
         );
     }
+
+    /// `serve` refuses a Rollout that needs what a cluster's backend lacks, by cluster and
+    /// capability, before anything runs.
+    #[tokio::test]
+    async fn a_rollout_needing_what_the_backend_lacks_is_refused_by_name() {
+        let fake = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let text = MANIFESTS.replace(
+            "        - setWeight: 60\n",
+            "        - setWeight: 60\n        - setMirrorRoute: {name: shadow, percentage: 5, match: [{headers: {x-a: {exact: \"1\"}}}]}\n",
+        ).replace(
+            "      trafficRouting: {plugins: {flotilla/agent: {}}}",
+            "      trafficRouting: {plugins: {flotilla/agent: {}}, managedRoutes: [{name: shadow}]}",
+        );
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
+        let desired =
+            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+                .desired
+                .remove(0);
+        let backend = fake.clone();
+        let wiring = super::super::Wiring {
+            providers: flotilla_providers::Providers::new().unwrap(),
+            tick: Duration::from_millis(100),
+            correct_drift: false,
+            backends: Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>)),
+        };
+        let Err(error) = super::super::FleetController::new(&desired, None, &wiring) else {
+            panic!("a Rollout the backend cannot run was accepted");
+        };
+        assert_eq!(
+            error.to_string(),
+            "cluster \"east\" (fake) cannot run this Rollout: it lacks mirror routes (at spec.strategy.canary.steps[2].setMirrorRoute)"
+        );
+        assert!(
+            fake.state.lock().unwrap().ensures.is_empty(),
+            "nothing was written"
+        );
+    }
 }

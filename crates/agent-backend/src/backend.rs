@@ -55,10 +55,11 @@ impl AgentBackend {
         }
     }
 
-    /// The agent whose control API `client` calls.
-    pub fn new(client: AgentClient) -> AgentBackend {
+    /// The agent whose control API `client` calls; `clock` is the caller's wall clock (the
+    /// `builtin` provider's live windows end at its `now`).
+    pub fn new(client: AgentClient, clock: crate::builtin::Clock) -> AgentBackend {
         AgentBackend {
-            builtin: BuiltinProvider::new(client.clone()),
+            builtin: BuiltinProvider::new(client.clone(), clock),
             client,
         }
     }

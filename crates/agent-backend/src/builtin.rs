@@ -16,18 +16,17 @@ use crate::wire::{BUCKET_SECONDS, CANARY, STABLE, Window, WindowQuery};
 #[derive(Debug, Clone)]
 pub struct BuiltinProvider {
     client: AgentClient,
+    clock: Clock,
 }
 
-fn wall_clock() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Millis)
-}
+/// The wall clock the provider reads `now` from (the caller's: this crate reads no clock), in
+/// milliseconds since the Unix epoch.
+pub type Clock = fn() -> Millis;
 
 impl BuiltinProvider {
-    /// Reads the agent at `client`.
-    pub fn new(client: AgentClient) -> BuiltinProvider {
-        BuiltinProvider { client }
+    /// Reads the agent at `client`, with `clock` for the time a live window ends.
+    pub fn new(client: AgentClient, clock: Clock) -> BuiltinProvider {
+        BuiltinProvider { client, clock }
     }
 }
 
@@ -62,7 +61,7 @@ impl Measurer for BuiltinProvider {
         let window_ms = request.window.unwrap_or(window_ms);
         let window_s = (window_ms / 1000).max(1);
         let not_before = request.not_before;
-        let now = wall_clock();
+        let now = (self.clock)();
         let live = now - request.at <= 15_000;
         let end_ms = if live { now } else { request.at };
         let start_ms = (end_ms - window_s as Millis * 1000).max(not_before.unwrap_or(Millis::MIN));

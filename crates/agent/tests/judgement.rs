@@ -114,7 +114,7 @@ subsets:
     client.set_weights(50).await.unwrap();
     let report = load.await.unwrap();
     assert_eq!(report.failed, 0, "{report:?}");
-    let builtin = BuiltinProvider::new(client.clone());
+    let builtin = BuiltinProvider::new(client.clone(), unix_ms);
     let run_start = run_start_s * 1000;
 
     // The sequential test: 4% against 1% fails the canary, naming the counts.

@@ -291,7 +291,7 @@ subsets:
     // A measurement at least 15 s in the past reads its window by its bounds.
     sleep_until_unix(end + 16).await;
 
-    let builtin = BuiltinProvider::new(client.clone());
+    let builtin = BuiltinProvider::new(client.clone(), || unix_now().as_millis() as i64);
     let builtin_outcome = builtin
         .measure(&measure_request(
             json!({"builtin": {"metric": "error-rate", "subset": "stable", "window": format!("{WINDOW}s")}}),

@@ -34,7 +34,10 @@ impl Backends {
             if let Some(token) = tokens.for_cluster(&cluster.name) {
                 client = client.with_token(token);
             }
-            Ok(Arc::new(AgentBackend::new(client)) as Arc<dyn ClusterBackend>)
+            Ok(
+                Arc::new(AgentBackend::new(client, crate::clock::wall_clock))
+                    as Arc<dyn ClusterBackend>,
+            )
         })
     }
 

@@ -144,3 +144,21 @@ fn the_controller_does_not_link_the_agents_data_plane() {
     assert!(runtime.contains("flotilla-agent-backend"));
     assert!(runtime.contains("flotilla-core"));
 }
+
+/// Adapters depend on the core and never on each other; only the runtime wires several.
+#[test]
+fn adapters_depend_on_the_core_only() {
+    let graph = graph();
+    for adapter in ["flotilla-providers", "flotilla-git", "flotilla-agent-backend"] {
+        let ours: BTreeSet<String> = closure(&graph, adapter)
+            .into_iter()
+            .filter(|p| p.starts_with("flotilla"))
+            .collect();
+        let allowed: BTreeSet<String> = if adapter == "flotilla-git" {
+            BTreeSet::new()
+        } else {
+            BTreeSet::from(["flotilla-core".to_owned()])
+        };
+        assert_eq!(ours, allowed, "{adapter} links {ours:?}");
+    }
+}

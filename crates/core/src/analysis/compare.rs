@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::condition::{MetricResult, format_float};
-use super::provider::{MeasureRequest, Measurer, Millis, Outcome};
+use super::provider::{MeasureRequest, Measurer, Outcome};
 use crate::judge::sequential::{Decision, ErrorCounts, ErrorRateTest, SequentialConfig};
 use crate::judge::{
     Classification, Comparison, Direction, EffectSize, EffectSizeMeasure, classify,
@@ -21,6 +21,7 @@ use crate::spec::analysis::{
     SequentialMetric, TrafficSubset,
 };
 use crate::spec::common::Duration;
+use crate::time::Millis;
 
 /// Default span of a comparison's series.
 pub const DEFAULT_COMPARE_WINDOW_MS: u64 = 5 * 60_000;

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::condition::MetricResult;
 use super::measurement_verdict;
 use super::plan::{MetricPlan, RunPlan};
-use super::provider::{MeasureRequest, Millis, Outcome};
+use super::provider::{MeasureRequest, Outcome};
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
+use crate::time::{Millis, time_of_day};
 
 /// Argo's retry interval after an Error measurement, in milliseconds.
 pub const ERROR_RETRY_INTERVAL: u64 = 10_000;
@@ -138,31 +139,9 @@ pub struct Run {
     pub dry_run_summary: Summary,
 }
 
-pub(crate) fn is_completed(phase: AnalysisPhase) -> bool {
-    matches!(
-        phase,
-        AnalysisPhase::Successful
-            | AnalysisPhase::Failed
-            | AnalysisPhase::Error
-            | AnalysisPhase::Inconclusive
-    )
-}
-
 /// Argo's "worse" order: Successful < Running < Pending < Inconclusive < Error < Failed.
 fn is_worse(current: AnalysisPhase, new: AnalysisPhase) -> bool {
     new.severity() > current.severity()
-}
-
-/// `HH:MM:SS` of a time in ms: the time of day (UTC) of a wall-clock time, the elapsed time of
-/// a virtual one under a day (the core reads no clock and takes either).
-fn time_of_day(ms: Millis) -> String {
-    let seconds = ms.div_euclid(1000).rem_euclid(86_400);
-    format!(
-        "{:02}:{:02}:{:02}",
-        seconds / 3600,
-        (seconds / 60) % 60,
-        seconds % 60
-    )
 }
 
 impl Run {
@@ -204,7 +183,7 @@ impl Run {
 
     /// Whether the run has reached a final phase.
     pub fn is_completed(&self) -> bool {
-        is_completed(self.phase)
+        self.phase.is_completed()
     }
 
     /// Argo's `IsTerminating`: termination was requested, or a wet metric has failed, errored or
@@ -226,7 +205,7 @@ impl Run {
     }
 
     fn metric_completed(&self, index: usize) -> bool {
-        is_completed(self.metrics[index].phase)
+        self.metrics[index].phase.is_completed()
     }
 
     /// When metric `index` is next due, if it will ever be (None: never, or in flight).
@@ -403,7 +382,7 @@ impl Run {
                 message,
                 metadata,
             } => {
-                let phase = if is_completed(phase) {
+                let phase = if phase.is_completed() {
                     phase
                 } else {
                     AnalysisPhase::Error
@@ -519,7 +498,7 @@ impl Run {
         if self.is_completed() {
             // A measurement cancelled after the verdict still settles its metric.
             for (metric, state) in plan.metrics.iter().zip(self.metrics.iter_mut()) {
-                if !is_completed(state.phase) && !state.measurements.is_empty() {
+                if !state.phase.is_completed() && !state.measurements.is_empty() {
                     state.phase = assess_metric(metric, state, true);
                     if let Some(last) = state.measurements.back() {
                         state.message = last.message.clone();
@@ -558,7 +537,7 @@ impl Run {
                 }
                 state.phase = phase;
             }
-            if !is_completed(phase) {
+            if !phase.is_completed() {
                 everything_completed = false;
                 continue;
             }
@@ -607,7 +586,7 @@ impl Run {
         if phase != self.phase {
             self.phase = phase;
             self.message = message;
-            if is_completed(phase) && self.completed_at.is_none() {
+            if phase.is_completed() && self.completed_at.is_none() {
                 self.completed_at = Some(now);
             }
         }
@@ -670,7 +649,7 @@ impl Run {
             return None;
         }
         for (metric, state) in plan.metrics.iter().zip(&self.metrics) {
-            if metric.dry_run || is_completed(state.phase) {
+            if metric.dry_run || state.phase.is_completed() {
                 continue;
             }
             let fresh_for = metric.fresh_for().map_or(Millis::MAX, |ms| ms as Millis);
@@ -721,7 +700,7 @@ impl Run {
 
 /// Argo's `assessMetricStatus`, plus the Flotilla streak limit.
 fn assess_metric(metric: &MetricPlan, state: &MetricState, terminating: bool) -> AnalysisPhase {
-    if is_completed(state.phase) {
+    if state.phase.is_completed() {
         return state.phase;
     }
     if state.measurements.is_empty() && state.last_finished.is_none() {

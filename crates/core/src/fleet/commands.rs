@@ -3,8 +3,8 @@
 
 use super::event::Decision;
 use super::machine::{ClusterStatus, FleetCommand, FleetMachine, FleetPhase, PausedFor};
-use crate::analysis::Millis;
 use crate::rollout::Command;
+use crate::time::Millis;
 
 impl FleetMachine {
     pub(super) fn handle_commands(&mut self, commands: &[FleetCommand]) {

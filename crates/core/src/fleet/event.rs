@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::{ClusterState, Failure};
 use super::machine::{FleetCommand, FleetPhase, PausedFor};
-use crate::analysis::Millis;
 use crate::spec::analysis::AnalysisPhase;
+use crate::time::Millis;
 
 /// One decision of the fleet machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

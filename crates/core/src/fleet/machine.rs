@@ -13,7 +13,7 @@ use super::plan::{FleetPlan, fleet_revision, plan_key};
 pub use super::specs::FleetSpecs;
 use crate::analysis::plan::{RunPlan, resolve};
 use crate::analysis::run::Run;
-use crate::analysis::{MeasureRequest, Millis, Outcome};
+use crate::analysis::{MeasureRequest, Outcome};
 use crate::rollout::{
     self, Action, AnalysisSlot, Command, Observed, PauseReason, Phase, RolloutState, RunKey,
     RunReport,
@@ -21,6 +21,7 @@ use crate::rollout::{
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
 use crate::spec::fleet::{RollbackScope, UnreachableAction};
 use crate::spec::rollout::Rollout;
+use crate::time::Millis;
 
 /// Where one cluster stands in the fleet rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

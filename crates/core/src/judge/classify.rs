@@ -9,7 +9,7 @@ use super::rank_sum::shift_interval;
 use super::{
     Classification, Comparison, Direction, EffectSizeMeasure, NanStrategy, OutlierStrategy,
 };
-use crate::simulate::Rng;
+use crate::rng::Rng;
 
 /// The relative standard deviation of the noise added to a constant series.
 const NOISE_SCALE: f64 = 1e-5;

@@ -6,9 +6,9 @@
 //! start), so a runtime that executes each action once, idempotently, converges; after a restart
 //! it re-applies [`super::desired_actions`].
 
-use crate::analysis::Millis;
 use crate::spec::analysis::AnalysisPhase;
 use crate::spec::rollout::{BlueGreenStrategy, CanaryStrategy, Rollout};
+use crate::time::Millis;
 
 use super::model::*;
 
@@ -857,7 +857,7 @@ fn reconcile_canary(ctx: &mut Ctx<'_>, state: &mut RolloutState, canary: &Canary
                     .observed
                     .analysis
                     .get(&key)
-                    .filter(|r| !crate::analysis::run::is_completed(r.phase))
+                    .filter(|r| !r.phase.is_completed())
                     .and_then(|r| r.stale.as_ref())
                 {
                     let message = format!("waiting for evidence: {why}");

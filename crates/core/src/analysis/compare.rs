@@ -12,15 +12,14 @@ use std::sync::Arc;
 
 use super::condition::{MetricResult, format_float};
 use super::provider::{MeasureRequest, Measurer, Outcome};
-use crate::judge::sequential::{Decision, ErrorCounts, ErrorRateTest, SequentialConfig};
-use crate::judge::{
-    Classification, Comparison, Direction, EffectSize, EffectSizeMeasure, classify,
-};
+use crate::judge::sequential::{Decision, ErrorCounts, ErrorRateTest};
+use crate::judge::{Classification, classify};
 use crate::spec::analysis::{
     AnalysisPhase, BuiltinMetric, BuiltinStatistic, Calibration, CompareMetric, MetricProvider,
     SequentialMetric, TrafficSubset,
 };
 use crate::spec::common::Duration;
+use crate::spec::judge::{Comparison, Direction, EffectSize, EffectSizeMeasure, SequentialConfig};
 use crate::time::Millis;
 
 /// Default span of a comparison's series.

@@ -273,7 +273,7 @@ pub struct CompareMetric {
     pub min_points: Option<u64>,
     /// Which change fails (default `increase`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub direction: Option<crate::judge::Direction>,
+    pub direction: Option<super::judge::Direction>,
     /// Confidence level of the shift interval (default 0.98).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
@@ -285,7 +285,7 @@ pub struct CompareMetric {
     pub effect_size: Option<CompareEffectSize>,
     /// NaN handling (default `remove`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nan_strategy: Option<crate::judge::NanStrategy>,
+    pub nan_strategy: Option<super::judge::NanStrategy>,
     /// Outlier handling (default keep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outliers: Option<CompareOutliers>,
@@ -312,7 +312,7 @@ pub struct ReferenceWindow {
 pub struct CompareEffectSize {
     /// `meanRatio` (default) or `cles`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measure: Option<crate::judge::EffectSizeMeasure>,
+    pub measure: Option<super::judge::EffectSizeMeasure>,
     /// Least effect size for `High`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_increase: Option<f64>,
@@ -327,7 +327,7 @@ pub struct CompareEffectSize {
 pub struct CompareOutliers {
     /// `keep` (default) or `remove`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<crate::judge::OutlierStrategy>,
+    pub strategy: Option<super::judge::OutlierStrategy>,
     /// IQR factor (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factor: Option<f64>,

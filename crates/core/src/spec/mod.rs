@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod common;
 pub mod fleet;
+pub mod judge;
 pub mod kube;
 pub mod rollout;
 pub mod scenario;

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::machine::{ClusterState, Failure};
-use super::machine::{FleetCommand, FleetPhase, PausedFor};
+use super::commands::FleetCommand;
+use super::state::{ClusterState, Failure, FleetPhase, PausedFor};
 use crate::spec::analysis::AnalysisPhase;
 use crate::time::Millis;
 

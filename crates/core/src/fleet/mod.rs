@@ -11,11 +11,17 @@ mod machine;
 mod overlay;
 mod plan;
 mod specs;
+mod state;
+mod tick;
 
+pub use commands::FleetCommand;
 pub use event::*;
 pub use machine::*;
 pub use overlay::*;
 pub use plan::*;
+pub use specs::FleetSpecs;
+pub use state::*;
+pub use tick::*;
 
 #[cfg(test)]
 mod tests;

@@ -784,23 +784,84 @@ pub fn baseline_summary(metadata: &BTreeMap<String, String>) -> String {
     )
 }
 
-/// Takes one measurement through `measurer`, composing the reads of a composite metric.
-pub async fn measure<M: Measurer>(measurer: &M, request: &MeasureRequest) -> Outcome {
-    match reads(request) {
-        None => measurer.measure(request).await,
-        Some(reads) => {
-            let mut outcomes = Vec::with_capacity(reads.len());
-            for read in &reads {
-                let outcome = measurer.measure(read).await;
-                let stop = !matches!(outcome, Outcome::Value { .. });
-                outcomes.push(outcome);
-                if stop {
-                    break;
-                }
-            }
-            decide(request, outcomes)
+/// One measurement in the making: the plain reads it needs ([`reads`], or the request itself
+/// for a plain metric), answered one at a time. A composite stops at its first read that is no
+/// value (an error, a deferral, a termination): [`decide`] concludes on what it has then, and
+/// the reads after it are never taken.
+#[derive(Debug)]
+pub struct Composition<'r> {
+    request: &'r MeasureRequest,
+    reads: Option<Vec<MeasureRequest>>,
+    outcomes: Vec<Outcome>,
+}
+
+impl<'r> Composition<'r> {
+    /// The measurement of `request`, with no read answered yet.
+    pub fn new(request: &'r MeasureRequest) -> Composition<'r> {
+        let reads = reads(request);
+        let outcomes = Vec::with_capacity(reads.as_ref().map_or(1, Vec::len));
+        Composition {
+            request,
+            reads,
+            outcomes,
         }
     }
+
+    /// The next read to take, or None once the measurement can be decided.
+    pub fn next_read(&self) -> Option<&MeasureRequest> {
+        match &self.reads {
+            None => self.outcomes.is_empty().then_some(self.request),
+            Some(_) if self.stopped() => None,
+            Some(reads) => reads.get(self.outcomes.len()),
+        }
+    }
+
+    /// The answer to the read [`Self::next_read`] gave.
+    pub fn answer(&mut self, outcome: Outcome) {
+        self.outcomes.push(outcome);
+    }
+
+    /// The metric's outcome from the answers so far.
+    pub fn decide(mut self) -> Outcome {
+        match self.reads {
+            None => self
+                .outcomes
+                .pop()
+                .unwrap_or_else(|| Outcome::Error("no measurement was taken".into())),
+            Some(_) => decide(self.request, self.outcomes),
+        }
+    }
+
+    /// Whether the last answer was no value.
+    fn stopped(&self) -> bool {
+        self.outcomes
+            .last()
+            .is_some_and(|o| !matches!(o, Outcome::Value { .. }))
+    }
+}
+
+/// Takes one measurement through `measurer`, composing the reads of a composite metric.
+pub async fn measure<M: Measurer>(measurer: &M, request: &MeasureRequest) -> Outcome {
+    let mut measurement = Composition::new(request);
+    while let Some(read) = measurement.next_read() {
+        let outcome = measurer.measure(read).await;
+        measurement.answer(outcome);
+    }
+    measurement.decide()
+}
+
+/// [`measure`] with a synchronous `answer` to each plain read (the simulator's synthetic
+/// traffic).
+pub fn measure_with(
+    request: &MeasureRequest,
+    mut answer: impl FnMut(&MeasureRequest) -> Outcome,
+) -> Outcome {
+    let mut measurement = Composition::new(request);
+    while let Some(read) = measurement.next_read() {
+        let outcome = answer(read);
+        measurement.answer(outcome);
+    }
+    measurement.decide()
 }
 
 #[cfg(test)]

@@ -100,6 +100,14 @@ pub struct MetricState {
     pub dry_run: bool,
 }
 
+impl MetricState {
+    /// Whether the metric's verdict rests on evidence: it took at least one measurement with a
+    /// non-empty, non-NaN value, and passed none without one.
+    pub fn has_evidence(&self) -> bool {
+        self.successful_without_evidence == 0 && self.measurements.iter().any(|m| m.evidence)
+    }
+}
+
 /// Counts of metric verdicts (Argo's `runSummary` / `dryRunSummary`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Summary {
@@ -633,10 +641,15 @@ impl Run {
             .iter()
             .zip(&self.metrics)
             .filter(|(m, _)| !m.dry_run)
-            .all(|(_, state)| {
-                state.successful_without_evidence == 0
-                    && state.measurements.iter().any(|m| m.evidence)
-            })
+            .all(|(_, state)| state.has_evidence())
+    }
+
+    /// The first wet metric without evidence (see [`MetricState::has_evidence`]), if one: what
+    /// a Successful run without evidence names.
+    pub fn without_evidence(&self) -> Option<&MetricState> {
+        self.metrics
+            .iter()
+            .find(|m| !m.dry_run && !m.has_evidence())
     }
 
     /// Why the run, still measuring, has no current evidence at `now`, if it has none: a wet

@@ -1273,11 +1273,7 @@ impl FleetMachine {
                 && plan.as_ref().is_some_and(|p| run.has_evidence(p));
             if !ok {
                 evidence = false;
-                missing = match run.metrics.iter().find(|m| {
-                    !m.dry_run
-                        && (m.successful_without_evidence > 0
-                            || !m.measurements.iter().any(|x| x.evidence))
-                }) {
+                missing = match run.without_evidence() {
                     Some(metric) => format!(
                         "metric {:?} passed without evidence (no data or NaN; last value {})",
                         metric.name,
@@ -1492,13 +1488,7 @@ impl FleetMachine {
                 } else {
                     let missing = wave_run
                         .run
-                        .metrics
-                        .iter()
-                        .find(|m| {
-                            !m.dry_run
-                                && (m.successful_without_evidence > 0
-                                    || !m.measurements.iter().any(|x| x.evidence))
-                        })
+                        .without_evidence()
                         .map(|m| m.name.clone())
                         .unwrap_or_default();
                     format!("metric {missing:?} passed without evidence (no data or NaN)")

@@ -469,13 +469,7 @@ pub(super) fn simulate(
                         };
                         builtin_read(read, at, members.iter().map(|c| &worlds[*c].buckets))
                     };
-                    match crate::analysis::compare::reads(&m.request) {
-                        None => answer(&m.request),
-                        Some(reads) => crate::analysis::compare::decide(
-                            &m.request,
-                            reads.iter().map(answer).collect(),
-                        ),
-                    }
+                    crate::analysis::compare::measure_with(&m.request, answer)
                 };
                 ClusterOutcome {
                     cluster: m.cluster,

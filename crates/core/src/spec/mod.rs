@@ -14,6 +14,7 @@ pub mod rollout;
 pub mod scenario;
 
 pub use common::{Duration, IntOrPercent, IntOrString};
+pub use kube::ObjectMeta;
 
 /// Argo Rollouts' API group and version.
 pub const ARGO_API_VERSION: &str = "argoproj.io/v1alpha1";
@@ -78,6 +79,3 @@ impl Manifest {
         meta.name.as_deref().unwrap_or("")
     }
 }
-
-/// Kubernetes object metadata, as every manifest carries it.
-pub type ObjectMeta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

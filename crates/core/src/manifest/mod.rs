@@ -506,4 +506,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod proptests;
+mod property_tests;

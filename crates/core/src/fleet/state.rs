@@ -145,7 +145,7 @@ pub struct FleetState {
     /// The wave-level analysis (`waveAnalysis`) of the latest wave that ran one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_run: Option<WaveRun>,
-    /// Decisions numbered so far (each [`FleetEvent`]'s id counts from it).
+    /// Decisions numbered so far (each fleet event's id counts from it).
     #[serde(default)]
     pub event_seq: u64,
 }

@@ -36,7 +36,7 @@ impl Run {
 
     /// Why the run, still measuring, has no current evidence at `now`, if it has none: a wet
     /// metric still measuring whose latest measurement with evidence (Successful, or Failed
-    /// within its failureLimit) finished longer ago than [`MetricPlan::fresh_for`] (its interval
+    /// within its failureLimit) finished longer ago than [`MetricPlan::fresh_for`](crate::analysis::plan::MetricPlan::fresh_for) (its interval
     /// plus its provider's timeout), or that never had one. A completed run, and a completed metric, is the
     /// evidence of its own (it is not re-checked).
     pub fn stale(&self, plan: &RunPlan, now: Millis) -> Option<String> {

@@ -4,6 +4,11 @@
 //! per cluster, and performs no I/O: `tick` takes observations, measurement outcomes, commands
 //! and `now`, and returns per-cluster actions, measurement requests and the decisions made, as typed
 //! events ([`FleetEvent`]).
+//!
+//! From the ground up: `state` (the persisted state), `commands` (operator commands), `plan`
+//! (the resolved waves and per-cluster arguments), `overlay` (per-cluster overlays and pins),
+//! `event` (the decisions), `tick` (what a tick takes and hands back), `specs` (the specs a fleet
+//! has run), and `machine`, which drives them. Every public item is re-exported here.
 
 mod commands;
 mod event;

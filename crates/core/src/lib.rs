@@ -12,6 +12,8 @@ pub mod fleet;
 pub mod judge;
 pub mod lint;
 pub mod manifest;
+pub mod rng;
 pub mod rollout;
 pub mod simulate;
 pub mod spec;
+pub mod time;

@@ -6,10 +6,15 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::calibration::CALIBRATION_STATISTICS;
 use super::*;
+use crate::analysis::condition::MetricResult;
 use crate::analysis::plan::resolve;
+use crate::analysis::provider::{MeasureRequest, Outcome};
 use crate::analysis::run::Run;
-use crate::spec::analysis::{AnalysisTemplateSpec, Metric};
+use crate::spec::analysis::{
+    AnalysisPhase, AnalysisTemplateSpec, Calibration, Metric, MetricProvider, TrafficSubset,
+};
 
 fn provider(value: serde_json::Value) -> MetricProvider {
     serde_json::from_value(value).unwrap()

@@ -9,8 +9,7 @@ use crate::spec::analysis::{AnalysisPhase, MetricProvider};
 
 use super::condition::MetricResult;
 
-/// Milliseconds since the Unix epoch, on whatever clock drives the machine (real or virtual).
-pub type Millis = i64;
+pub use crate::time::Millis;
 
 /// One measurement to take.
 #[derive(Debug, Clone, PartialEq)]

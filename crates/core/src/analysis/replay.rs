@@ -8,9 +8,10 @@ use serde_json::Value;
 
 use super::condition::MetricResult;
 use super::plan::RunPlan;
-use super::provider::{Millis, Outcome};
+use super::provider::Outcome;
 use super::run::{Run, Summary, value};
 use crate::spec::analysis::AnalysisPhase;
+use crate::time::Millis;
 
 /// Recorded results to replay, per metric, in order.
 #[derive(Debug, Clone, Default)]

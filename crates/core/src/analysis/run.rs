@@ -10,16 +10,24 @@
 //! interval), the first at `startedAt + initialDelay`. Argo compares with a strict "after" on a
 //! wall clock that has always moved on by the time it looks; on a virtual clock the machine
 //! treats the due instant itself as due.
+//!
+//! This module holds the run's state and its schedule; `record` (an outcome into its metric),
+//! `verdict` (the run's phase from its metrics) and `evidence` (what the verdict rests on) are
+//! child modules adding to [`Run`].
+
+mod evidence;
+mod record;
+mod verdict;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::condition::MetricResult;
-use super::measurement_verdict;
 use super::plan::{MetricPlan, RunPlan};
-use super::provider::{MeasureRequest, Millis, Outcome};
+use super::provider::{MeasureRequest, Outcome};
 use crate::spec::analysis::{AnalysisPhase, OnInconclusive};
+use crate::time::Millis;
 
 /// Argo's retry interval after an Error measurement, in milliseconds.
 pub const ERROR_RETRY_INTERVAL: u64 = 10_000;
@@ -138,33 +146,6 @@ pub struct Run {
     pub dry_run_summary: Summary,
 }
 
-pub(crate) fn is_completed(phase: AnalysisPhase) -> bool {
-    matches!(
-        phase,
-        AnalysisPhase::Successful
-            | AnalysisPhase::Failed
-            | AnalysisPhase::Error
-            | AnalysisPhase::Inconclusive
-    )
-}
-
-/// Argo's "worse" order: Successful < Running < Pending < Inconclusive < Error < Failed.
-fn is_worse(current: AnalysisPhase, new: AnalysisPhase) -> bool {
-    new.severity() > current.severity()
-}
-
-/// `HH:MM:SS` of a time in ms: the time of day (UTC) of a wall-clock time, the elapsed time of
-/// a virtual one under a day (the core reads no clock and takes either).
-fn time_of_day(ms: Millis) -> String {
-    let seconds = ms.div_euclid(1000).rem_euclid(86_400);
-    format!(
-        "{:02}:{:02}:{:02}",
-        seconds / 3600,
-        (seconds / 60) % 60,
-        seconds % 60
-    )
-}
-
 impl Run {
     /// A new run, started at `now`.
     pub fn new(plan: &RunPlan, now: Millis) -> Run {
@@ -204,7 +185,7 @@ impl Run {
 
     /// Whether the run has reached a final phase.
     pub fn is_completed(&self) -> bool {
-        is_completed(self.phase)
+        self.phase.is_completed()
     }
 
     /// Argo's `IsTerminating`: termination was requested, or a wet metric has failed, errored or
@@ -226,7 +207,7 @@ impl Run {
     }
 
     fn metric_completed(&self, index: usize) -> bool {
-        is_completed(self.metrics[index].phase)
+        self.metrics[index].phase.is_completed()
     }
 
     /// When metric `index` is next due, if it will ever be (None: never, or in flight).
@@ -341,279 +322,6 @@ impl Run {
             .collect()
     }
 
-    /// Records the outcome of metric `index`'s in-flight measurement. An outcome for a metric
-    /// with nothing in flight is ignored (a late answer after a restart or cancellation).
-    pub fn handle_outcome(&mut self, plan: &RunPlan, index: usize, now: Millis, outcome: Outcome) {
-        let Some(metric) = plan.metrics.get(index) else {
-            return;
-        };
-        let Some(state) = self.metrics.get_mut(index) else {
-            return;
-        };
-        if !state.in_flight {
-            return;
-        }
-        let last = metric
-            .effective_count()
-            .is_some_and(|count| i64::from(state.count + state.deferred) + 1 >= count);
-        let (phase, value, message, metadata, evidence) = match outcome {
-            Outcome::Deferred(reason) if !last => {
-                // Nothing recorded: the metric stays Running and is asked again after its
-                // interval.
-                state.measurements.pop_back();
-                state.in_flight = false;
-                state.deferred += 1;
-                state.waiting = reason;
-                state.last_finished = Some((now, AnalysisPhase::Running));
-                return;
-            }
-            Outcome::Deferred(reason) => (
-                AnalysisPhase::Inconclusive,
-                String::new(),
-                reason,
-                BTreeMap::new(),
-                false,
-            ),
-            Outcome::Value { result, metadata } => {
-                let (phase, error) = if metric.baseline.is_some() {
-                    let baseline = super::compare::baseline_variables(&metadata);
-                    super::measurement_verdict_with(
-                        metric.success.as_ref(),
-                        metric.failure.as_ref(),
-                        &result,
-                        Some(&baseline),
-                    )
-                } else {
-                    measurement_verdict(metric.success.as_ref(), metric.failure.as_ref(), &result)
-                };
-                let evidence = result.is_evidence();
-                let message = match error {
-                    Some(error) => error,
-                    // A calibrated verdict records the reference it was judged against.
-                    None if metric.baseline.is_some() => {
-                        super::compare::baseline_summary(&metadata)
-                    }
-                    None => String::new(),
-                };
-                (phase, result.to_argo_string(), message, metadata, evidence)
-            }
-            Outcome::Decided {
-                phase,
-                value,
-                message,
-                metadata,
-            } => {
-                let phase = if is_completed(phase) {
-                    phase
-                } else {
-                    AnalysisPhase::Error
-                };
-                (
-                    phase,
-                    value,
-                    message,
-                    metadata,
-                    phase != AnalysisPhase::Error,
-                )
-            }
-            Outcome::Error(message) => (
-                AnalysisPhase::Error,
-                String::new(),
-                message,
-                BTreeMap::new(),
-                false,
-            ),
-            Outcome::Terminated => {
-                // A terminated Job is Inconclusive (it never reached a verdict); other providers
-                // answer instantly, and Argo records their terminated measurement as Successful.
-                let phase = if metric.provider.job.is_some() {
-                    AnalysisPhase::Inconclusive
-                } else {
-                    AnalysisPhase::Successful
-                };
-                (
-                    phase,
-                    String::new(),
-                    "Metric Terminated".to_owned(),
-                    BTreeMap::new(),
-                    false,
-                )
-            }
-        };
-        if metric.baseline.is_some()
-            && state.calibration.is_empty()
-            && metadata.contains_key("baseline.value")
-        {
-            state.calibration = metadata
-                .iter()
-                .filter(|(k, _)| k.starts_with("baseline."))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-        }
-        let (mut message, mut value) = (message, value);
-        plan.redact_in_place(&mut message);
-        plan.redact_in_place(&mut value);
-        match phase {
-            AnalysisPhase::Successful => {
-                state.successful += 1;
-                state.count += 1;
-                state.consecutive_error = 0;
-                state.consecutive_success += 1;
-                state.consecutive_failure = 0;
-                if !evidence {
-                    state.successful_without_evidence += 1;
-                }
-            }
-            AnalysisPhase::Failed => {
-                state.failed += 1;
-                state.count += 1;
-                state.consecutive_error = 0;
-                state.consecutive_success = 0;
-                state.consecutive_failure += 1;
-            }
-            AnalysisPhase::Inconclusive => {
-                state.inconclusive += 1;
-                state.count += 1;
-                state.consecutive_error = 0;
-                state.consecutive_success = 0;
-                state.consecutive_failure = 0;
-            }
-            _ => {
-                state.error += 1;
-                state.consecutive_error += 1;
-                state.consecutive_success = 0;
-            }
-        }
-        state.in_flight = false;
-        state.waiting.clear();
-        state.last_finished = Some((now, phase));
-        if let Some(last) = state.measurements.back_mut() {
-            last.phase = phase;
-            last.value = value;
-            last.message = message;
-            last.finished_at = Some(now);
-            last.metadata = metadata;
-            last.evidence = evidence;
-        }
-        while state.measurements.len() > metric.retention.max(1) {
-            state.measurements.pop_front();
-        }
-    }
-
-    /// Argo's `assessRunStatus`: updates every metric's phase and the run's phase and message.
-    /// Returns the run's phase.
-    ///
-    /// When this assessment is what makes the run terminate (a metric just failed), the run is
-    /// assessed once more at once, as Argo requeues it: siblings without a measurement in flight
-    /// then complete, and the run takes its final phase.
-    pub fn assess(&mut self, plan: &RunPlan, now: Millis) -> AnalysisPhase {
-        let was_terminating = self.is_terminating();
-        let phase = self.assess_once(plan, now);
-        if !was_terminating && self.is_terminating() && !self.is_completed() {
-            return self.assess_once(plan, now);
-        }
-        phase
-    }
-
-    fn assess_once(&mut self, plan: &RunPlan, now: Millis) -> AnalysisPhase {
-        if self.is_completed() {
-            // A measurement cancelled after the verdict still settles its metric.
-            for (metric, state) in plan.metrics.iter().zip(self.metrics.iter_mut()) {
-                if !is_completed(state.phase) && !state.measurements.is_empty() {
-                    state.phase = assess_metric(metric, state, true);
-                    if let Some(last) = state.measurements.back() {
-                        state.message = last.message.clone();
-                    }
-                }
-            }
-            return self.phase;
-        }
-        let terminating = self.is_terminating();
-        let mut worst: Option<AnalysisPhase> = None;
-        let mut worst_message = if self.terminate {
-            "Run Terminated".to_owned()
-        } else {
-            String::new()
-        };
-        let mut everything_completed = true;
-        let mut run_summary = Summary::default();
-        let mut dry_run_summary = Summary::default();
-        for (index, metric) in plan.metrics.iter().enumerate() {
-            let dry_run = metric.dry_run;
-            if dry_run {
-                dry_run_summary.count += 1;
-            } else {
-                run_summary.count += 1;
-            }
-            let state = &mut self.metrics[index];
-            if state.measurements.is_empty() && state.last_finished.is_none() {
-                // Not started (e.g. waiting for its initial delay): Argo has no result for it yet.
-                everything_completed = false;
-                continue;
-            }
-            let phase = assess_metric(metric, state, terminating);
-            if phase != state.phase {
-                if let Some(last) = state.measurements.back() {
-                    state.message = last.message.clone();
-                }
-                state.phase = phase;
-            }
-            if !is_completed(phase) {
-                everything_completed = false;
-                continue;
-            }
-            let (limit_phase, limit_message) = failure_inconclusive_or_error(metric, state);
-            let summary = if dry_run {
-                &mut dry_run_summary
-            } else {
-                &mut run_summary
-            };
-            match limit_phase {
-                Some(AnalysisPhase::Error) => summary.error += 1,
-                Some(AnalysisPhase::Failed) => summary.failed += 1,
-                Some(AnalysisPhase::Inconclusive) => summary.inconclusive += 1,
-                _ => summary.successful += 1,
-            }
-            if dry_run {
-                if worst.is_none() {
-                    worst = Some(AnalysisPhase::Successful);
-                }
-                if let Some(message) = &limit_message {
-                    state.message = format!("Metric assessed {phase:?} due to {message}");
-                }
-            } else if worst.is_none_or(|w| is_worse(w, phase)) {
-                worst = Some(phase);
-                if let Some(message) = limit_message {
-                    worst_message = format!(
-                        "Metric \"{}\" assessed {phase:?} due to {message}",
-                        metric.name
-                    );
-                    if !state.message.is_empty() {
-                        worst_message.push_str(&format!(": \"Error Message: {}\"", state.message));
-                    }
-                }
-            }
-        }
-        self.run_summary = run_summary;
-        self.dry_run_summary = dry_run_summary;
-        let worst_message = worst_message.trim().to_owned();
-        let (phase, message) = if terminating {
-            (worst.unwrap_or(AnalysisPhase::Successful), worst_message)
-        } else if !everything_completed || worst.is_none() {
-            (AnalysisPhase::Running, String::new())
-        } else {
-            (worst.unwrap_or(AnalysisPhase::Successful), worst_message)
-        };
-        if phase != self.phase {
-            self.phase = phase;
-            self.message = message;
-            if is_completed(phase) && self.completed_at.is_none() {
-                self.completed_at = Some(now);
-            }
-        }
-        self.phase
-    }
-
     /// When the driver should call again: the earliest due measurement (None: nothing is
     /// scheduled; the run waits on in-flight measurements or is complete).
     pub fn next_due(&self, plan: &RunPlan) -> Option<Millis> {
@@ -646,67 +354,6 @@ impl Run {
         }
     }
 
-    /// Whether the run's verdict rests on evidence: every wet metric took at least one
-    /// measurement with a non-empty, non-NaN value, and none passed a measurement without one.
-    /// A Successful run without evidence must not validate anything.
-    pub fn has_evidence(&self, plan: &RunPlan) -> bool {
-        plan.metrics
-            .iter()
-            .zip(&self.metrics)
-            .filter(|(m, _)| !m.dry_run)
-            .all(|(_, state)| {
-                state.successful_without_evidence == 0
-                    && state.measurements.iter().any(|m| m.evidence)
-            })
-    }
-
-    /// Why the run, still measuring, has no current evidence at `now`, if it has none: a wet
-    /// metric still measuring whose latest measurement with evidence (Successful, or Failed
-    /// within its failureLimit) finished longer ago than [`MetricPlan::fresh_for`] (its interval
-    /// plus its provider's timeout), or that never had one. A completed run, and a completed metric, is the
-    /// evidence of its own (it is not re-checked).
-    pub fn stale(&self, plan: &RunPlan, now: Millis) -> Option<String> {
-        if self.is_completed() {
-            return None;
-        }
-        for (metric, state) in plan.metrics.iter().zip(&self.metrics) {
-            if metric.dry_run || is_completed(state.phase) {
-                continue;
-            }
-            let fresh_for = metric.fresh_for().map_or(Millis::MAX, |ms| ms as Millis);
-            let latest = state.measurements.iter().rev().find(|m| {
-                m.evidence
-                    && matches!(m.phase, AnalysisPhase::Successful | AnalysisPhase::Failed)
-                    && m.finished_at.is_some()
-            });
-            if let Some(at) = latest.and_then(|m| m.finished_at)
-                && now.saturating_sub(at) <= fresh_for
-            {
-                continue;
-            }
-            let last = state
-                .measurements
-                .iter()
-                .rev()
-                .find(|m| m.finished_at.is_some());
-            let why = match last {
-                Some(m) if m.phase == AnalysisPhase::Error => format!(
-                    "it errored at {}: {}",
-                    time_of_day(m.finished_at.unwrap_or(0)),
-                    m.message
-                ),
-                Some(m) if !m.evidence => "its last measurement had no data".to_owned(),
-                Some(m) => format!(
-                    "its last measurement with evidence is {} s old",
-                    now.saturating_sub(m.finished_at.unwrap_or(0)) / 1000
-                ),
-                None => "no measurement has finished yet".to_owned(),
-            };
-            return Some(format!("metric {:?}: {why}", metric.name));
-        }
-        None
-    }
-
     /// The latest finished measurement of each metric, for reports: (metric, measurement).
     pub fn latest(&self) -> impl Iterator<Item = (&str, &Measurement)> {
         self.metrics.iter().filter_map(|m| {
@@ -717,94 +364,6 @@ impl Run {
                 .map(|x| (m.name.as_str(), x))
         })
     }
-}
-
-/// Argo's `assessMetricStatus`, plus the Flotilla streak limit.
-fn assess_metric(metric: &MetricPlan, state: &MetricState, terminating: bool) -> AnalysisPhase {
-    if is_completed(state.phase) {
-        return state.phase;
-    }
-    if state.measurements.is_empty() && state.last_finished.is_none() {
-        return if terminating {
-            AnalysisPhase::Successful
-        } else {
-            AnalysisPhase::Pending
-        };
-    }
-    if state.in_flight {
-        return AnalysisPhase::Running;
-    }
-    if let (Some(phase), _) = failure_inconclusive_or_error(metric, state) {
-        return phase;
-    }
-    if metric.consecutive_success_limit > 0
-        && i64::from(state.consecutive_success) >= metric.consecutive_success_limit
-    {
-        return AnalysisPhase::Successful;
-    }
-    if let Some(count) = metric.effective_count()
-        && i64::from(state.count + state.deferred) >= count
-    {
-        let failure_applicable = metric.failure_applicable();
-        let success_applicable = metric.consecutive_success_limit > 0;
-        return match (failure_applicable, success_applicable) {
-            (true, true) => AnalysisPhase::Inconclusive,
-            (false, true) => AnalysisPhase::Failed,
-            _ => AnalysisPhase::Successful,
-        };
-    }
-    if terminating {
-        AnalysisPhase::Successful
-    } else {
-        AnalysisPhase::Running
-    }
-}
-
-/// Argo's `assessMetricFailureInconclusiveOrError`: later checks win, as upstream's do.
-fn failure_inconclusive_or_error(
-    metric: &MetricPlan,
-    state: &MetricState,
-) -> (Option<AnalysisPhase>, Option<String>) {
-    let mut result = (None, None);
-    if metric.failure_limit >= 0 && i64::from(state.failed) > metric.failure_limit {
-        result = (
-            Some(AnalysisPhase::Failed),
-            Some(format!(
-                "failed ({}) > failureLimit ({})",
-                state.failed, metric.failure_limit
-            )),
-        );
-    }
-    if let Some(limit) = metric.consecutive_failure_limit
-        && i64::from(state.consecutive_failure) >= limit
-    {
-        result = (
-            Some(AnalysisPhase::Failed),
-            Some(format!(
-                "consecutiveFailures ({}) >= consecutiveFailureLimit ({limit})",
-                state.consecutive_failure
-            )),
-        );
-    }
-    if i64::from(state.inconclusive) > metric.inconclusive_limit {
-        result = (
-            Some(AnalysisPhase::Inconclusive),
-            Some(format!(
-                "inconclusive ({}) > inconclusiveLimit ({})",
-                state.inconclusive, metric.inconclusive_limit
-            )),
-        );
-    }
-    if i64::from(state.consecutive_error) > metric.consecutive_error_limit {
-        result = (
-            Some(AnalysisPhase::Error),
-            Some(format!(
-                "consecutiveErrors ({}) > consecutiveErrorLimit ({})",
-                state.consecutive_error, metric.consecutive_error_limit
-            )),
-        );
-    }
-    result
 }
 
 /// Convenience for drivers and tests: a Value outcome with no metadata.

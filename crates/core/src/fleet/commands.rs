@@ -1,258 +1,37 @@
-//! Operator commands to the fleet machine: each accepted (what it did) or refused (why, and
-//! nothing changed), as a [`Decision`].
+//! Fleet-level operator commands, and how each reads (the cluster it names, the command in
+//! words).
 
-use super::event::Decision;
-use super::machine::{ClusterStatus, FleetCommand, FleetMachine, FleetPhase, PausedFor};
-use crate::analysis::Millis;
-use crate::rollout::Command;
+use serde::{Deserialize, Serialize};
 
-impl FleetMachine {
-    pub(super) fn handle_commands(&mut self, commands: &[FleetCommand]) {
-        for command in commands {
-            match self.handle_command(command) {
-                Ok(what) => self.events.push(
-                    None,
-                    command_cluster(command),
-                    Decision::CommandAccepted {
-                        command: command.clone(),
-                    },
-                    what,
-                ),
-                Err(why) => self.events.push(
-                    None,
-                    command_cluster(command),
-                    Decision::CommandRefused {
-                        command: command.clone(),
-                        why: why.clone(),
-                    },
-                    format!("{}: refused: {why}", describe(command)),
-                ),
-            }
-        }
-    }
-
-    /// One operator command: what it did, or why it was refused (nothing changed then).
-    fn handle_command(&mut self, command: &FleetCommand) -> Result<String, String> {
-        match command {
-            FleetCommand::Pause => {
-                if self.state.paused {
-                    return Err("the fleet is paused already".into());
-                }
-                self.state.paused = true;
-                if self.state.phase == FleetPhase::Progressing {
-                    let message = "paused by an operator".to_owned();
-                    self.set_phase(FleetPhase::Paused, message);
-                }
-                Ok("pause: no new cluster or wave starts".into())
-            }
-            FleetCommand::Resume => {
-                if !self.state.paused && self.state.phase != FleetPhase::Paused {
-                    return Err("the fleet is not paused".into());
-                }
-                self.state.paused = false;
-                if self.state.phase == FleetPhase::Paused {
-                    self.set_phase(FleetPhase::Progressing, "resumed by an operator".into());
-                }
-                Ok("resume".into())
-            }
-            FleetCommand::Promote {
-                wave,
-                full,
-                cluster,
-            } => {
-                let index = wave.map_or(self.state.wave, |w| w.saturating_sub(1));
-                if cluster.is_none() && index >= self.plan.waves.len() {
-                    return Err(format!(
-                        "there is no wave {} (the fleet has {})",
-                        index + 1,
-                        self.plan.waves.len()
-                    ));
-                }
-                if let Some(name) = cluster
-                    && !self.state.clusters.contains_key(name)
-                {
-                    return Err(format!("there is no cluster {name:?} in the fleet"));
-                }
-                let members: Vec<String> = match cluster {
-                    Some(name) => vec![name.clone()],
-                    None => self.plan.waves[index].clone(),
-                };
-                let in_flight: Vec<&String> = members
-                    .iter()
-                    .filter(|n| {
-                        self.state.clusters.get(*n).is_some_and(|c| {
-                            matches!(c.status, ClusterStatus::Paused | ClusterStatus::Progressing)
-                        })
-                    })
-                    .collect();
-                let baking = cluster.is_none()
-                    && index == self.state.wave
-                    && self.state.bake_started_at.is_some();
-                if in_flight.is_empty() && !baking {
-                    return Err(match cluster {
-                        Some(name) => format!("{name} is not progressing or paused"),
-                        None => format!(
-                            "no cluster of wave {} is progressing or paused, and it is not baking",
-                            index + 1
-                        ),
-                    });
-                }
-                if baking {
-                    self.state.bake_started_at = Some(Millis::MIN / 2);
-                }
-                let promoted: Vec<String> = in_flight.into_iter().cloned().collect();
-                for name in &promoted {
-                    let cluster = self.state.clusters.get_mut(name).expect("known cluster");
-                    // A human's promote of a cluster waiting for a verdict accepts it: the
-                    // evidence hold is passed, an inconclusive or evidence-less run no longer
-                    // stops its validation.
-                    let waiting = cluster.status == ClusterStatus::Paused
-                        && matches!(
-                            cluster.paused_for,
-                            Some(
-                                PausedFor::Evidence
-                                    | PausedFor::Inconclusive
-                                    | PausedFor::NoEvidence
-                            )
-                        );
-                    if waiting {
-                        cluster.accepted = true;
-                    }
-                    let full = *full || cluster.paused_for == Some(PausedFor::Evidence);
-                    cluster.pending.push(Command::Promote { full });
-                }
-                let mut what = format!(
-                    "promote{}: {}",
-                    if *full { " --full" } else { "" },
-                    if promoted.is_empty() {
-                        "none in flight".to_owned()
-                    } else {
-                        promoted.join(", ")
-                    }
-                );
-                if baking {
-                    what.push_str(&format!("; wave {}'s bake skipped", index + 1));
-                }
-                Ok(what)
-            }
-            FleetCommand::Abort { cluster } => match cluster {
-                Some(name) => {
-                    let Some(state) = self.state.clusters.get_mut(name) else {
-                        return Err(format!("there is no cluster {name:?} in the fleet"));
-                    };
-                    if !matches!(
-                        state.status,
-                        ClusterStatus::Progressing | ClusterStatus::Paused
-                    ) {
-                        return Err(format!(
-                            "{name} is {:?}: only a cluster in flight can be aborted",
-                            state.status
-                        ));
-                    }
-                    state.pending.push(Command::Abort);
-                    Ok(format!("abort {name}: its canary returns to its stable"))
-                }
-                None => {
-                    if self.state.phase == FleetPhase::Aborted {
-                        return Err("the fleet is aborted already".into());
-                    }
-                    for state in self.state.clusters.values_mut() {
-                        if matches!(
-                            state.status,
-                            ClusterStatus::Progressing | ClusterStatus::Paused
-                        ) {
-                            state.pending.push(Command::Abort);
-                        }
-                    }
-                    for (name, state) in self.state.clusters.iter_mut() {
-                        if state.status == ClusterStatus::NotStarted {
-                            state.status = ClusterStatus::Held;
-                            state.reason = "held: the fleet was aborted".into();
-                            self.events.push(
-                                None,
-                                Some(name),
-                                Decision::Held,
-                                format!("{name}: {}", state.reason),
-                            );
-                        }
-                    }
-                    self.set_phase(FleetPhase::Aborted, "aborted by an operator".into());
-                    Ok("abort: every cluster in flight returns to its stable".into())
-                }
-            },
-            FleetCommand::Retry => {
-                let revision = self.state.revision.clone();
-                let mut retried = Vec::new();
-                for (name, state) in self.state.clusters.iter_mut() {
-                    let was = state.status;
-                    if state.status == ClusterStatus::RolledBack {
-                        self.state
-                            .rejections
-                            .remove(&(name.clone(), revision.clone()));
-                        state.status = ClusterStatus::NotStarted;
-                        state.aborted_on_error = false;
-                        state.failure = None;
-                        state.reason = "retrying".into();
-                        state.runs.clear();
-                    }
-                    if state.status == ClusterStatus::Held {
-                        state.status = ClusterStatus::NotStarted;
-                        state.reason.clear();
-                    }
-                    // Paused by the halt mid-update: it goes on where it stood.
-                    if state.paused_for == Some(PausedFor::Halt) {
-                        state.paused_for = None;
-                        if state.status == ClusterStatus::Paused {
-                            state.pending.push(Command::Resume);
-                            state.status = ClusterStatus::Progressing;
-                            state.reason = "updating".into();
-                            self.events.push(
-                                None,
-                                Some(name),
-                                Decision::Resumed,
-                                format!("{name}: resumes where the halt paused it"),
-                            );
-                            retried.push(name.clone());
-                        }
-                    }
-                    // Skipped (unreachable past the timeout, its canary aborted): rolled
-                    // forward again; a skip is no rejection.
-                    if state.status == ClusterStatus::Skipped {
-                        state.status = ClusterStatus::NotStarted;
-                        state.failure = None;
-                        state.reason = "retrying".into();
-                        state.runs.clear();
-                    }
-                    if was != ClusterStatus::NotStarted && state.status == ClusterStatus::NotStarted
-                    {
-                        self.events.push(
-                            None,
-                            Some(name),
-                            Decision::Reset,
-                            format!("{name}: waits for its wave"),
-                        );
-                        retried.push(name.clone());
-                    }
-                }
-                if retried.is_empty() && self.state.phase != FleetPhase::Halted {
-                    return Err("no cluster failed, was held, skipped or paused by a halt".into());
-                }
-                if self.state.phase == FleetPhase::Halted {
-                    self.set_phase(
-                        FleetPhase::Progressing,
-                        "retrying the failed clusters".into(),
-                    );
-                }
-                // A retried cluster of a wave the fleet passed takes it back there.
-                self.reopen_waves();
-                Ok(format!("retry: {}", retried.join(", ")))
-            }
-        }
-    }
+/// Fleet-level operator commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FleetCommand {
+    /// Start no new cluster or wave.
+    Pause,
+    /// Resume.
+    Resume,
+    /// Skip the current bake and promote the wave's paused clusters (or one cluster's).
+    Promote {
+        /// A 1-based wave number, or the current one.
+        wave: Option<usize>,
+        /// Skip every remaining step of the clusters promoted.
+        #[serde(default)]
+        full: bool,
+        /// Only this cluster (of any wave).
+        #[serde(default)]
+        cluster: Option<String>,
+    },
+    /// Abort the fleet, or one cluster.
+    Abort {
+        /// One cluster, or all.
+        cluster: Option<String>,
+    },
+    /// Retry the failed clusters (lifting their rejection for this revision).
+    Retry,
 }
 
 /// The cluster a command names, if one.
-fn command_cluster(command: &FleetCommand) -> Option<&str> {
+pub(super) fn command_cluster(command: &FleetCommand) -> Option<&str> {
     match command {
         FleetCommand::Promote { cluster, .. } | FleetCommand::Abort { cluster } => {
             cluster.as_deref()
@@ -262,7 +41,7 @@ fn command_cluster(command: &FleetCommand) -> Option<&str> {
 }
 
 /// A command in words.
-fn describe(command: &FleetCommand) -> String {
+pub(super) fn describe(command: &FleetCommand) -> String {
     match command {
         FleetCommand::Pause => "pause".into(),
         FleetCommand::Resume => "resume".into(),

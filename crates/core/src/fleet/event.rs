@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::machine::{ClusterState, Failure};
-use super::machine::{FleetCommand, FleetPhase, PausedFor};
-use crate::analysis::Millis;
+use super::commands::FleetCommand;
+use super::state::{ClusterState, Failure, FleetPhase, PausedFor};
 use crate::spec::analysis::AnalysisPhase;
+use crate::time::Millis;
 
 /// One decision of the fleet machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

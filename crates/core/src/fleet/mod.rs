@@ -4,6 +4,11 @@
 //! per cluster, and performs no I/O: `tick` takes observations, measurement outcomes, commands
 //! and `now`, and returns per-cluster actions, measurement requests and the decisions made, as typed
 //! events ([`FleetEvent`]).
+//!
+//! From the ground up: `state` (the persisted state), `commands` (operator commands), `plan`
+//! (the resolved waves and per-cluster arguments), `overlay` (per-cluster overlays and pins),
+//! `event` (the decisions), `tick` (what a tick takes and hands back), `specs` (the specs a fleet
+//! has run), and `machine`, which drives them. Every public item is re-exported here.
 
 mod commands;
 mod event;
@@ -11,11 +16,17 @@ mod machine;
 mod overlay;
 mod plan;
 mod specs;
+mod state;
+mod tick;
 
+pub use commands::FleetCommand;
 pub use event::*;
 pub use machine::*;
 pub use overlay::*;
 pub use plan::*;
+pub use specs::FleetSpecs;
+pub use state::*;
+pub use tick::*;
 
 #[cfg(test)]
 mod tests;

@@ -77,7 +77,7 @@ impl FleetPlan {
         fleet_rollout: &FleetRollout,
         templates: &[AnalysisTemplate],
     ) -> Result<FleetPlan, FleetPlanError> {
-        let layout = crate::lint::waves_of(fleet_rollout, &fleet.spec.clusters);
+        let layout = fleet_rollout.waves(&fleet.spec.clusters);
         if layout.is_empty() {
             return Err(FleetPlanError(format!(
                 "FleetRollout {:?} targets no cluster",

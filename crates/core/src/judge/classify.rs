@@ -5,11 +5,10 @@
 
 use serde::Serialize;
 
+use super::Classification;
 use super::rank_sum::shift_interval;
-use super::{
-    Classification, Comparison, Direction, EffectSizeMeasure, NanStrategy, OutlierStrategy,
-};
-use crate::simulate::Rng;
+use crate::rng::Rng;
+use crate::spec::judge::{Comparison, Direction, EffectSizeMeasure, NanStrategy, OutlierStrategy};
 
 /// The relative standard deviation of the noise added to a constant series.
 const NOISE_SCALE: f64 = 1e-5;

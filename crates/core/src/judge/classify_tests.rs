@@ -2,7 +2,8 @@
 //! cases.
 
 use super::*;
-use crate::judge::{EffectSize, Judgement};
+use crate::judge::Judgement;
+use crate::spec::judge::EffectSize;
 
 /// The settings of Kayenta's classifier tests: tolerance 0.10, confidence 0.95.
 fn kayenta_test() -> Comparison {

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Classification, Comparison, Direction, EffectSize, EffectSizeMeasure, Judgement, NanStrategy,
-    OutlierStrategy, ScoredMetric, Thresholds, Verdict, classify, score,
+use super::{Classification, Judgement, ScoredMetric, Thresholds, Verdict, classify, score};
+use crate::spec::judge::{
+    Comparison, Direction, EffectSize, EffectSizeMeasure, NanStrategy, OutlierStrategy,
 };
 
 /// The largest input read (as for manifests).

@@ -13,31 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::classify::number;
-
-/// The settings of the test.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SequentialConfig {
-    /// False-alarm rate (failing a canary as good as the baseline), default 0.01.
-    pub alpha: f64,
-    /// Miss rate at `ratio`, default 0.05.
-    pub beta: f64,
-    /// The error-rate ratio (canary / baseline) to detect, default 2.
-    pub ratio: f64,
-    /// Canary requests before any decision, default 100; fewer record no measurement.
-    pub min_requests: u64,
-}
-
-impl Default for SequentialConfig {
-    fn default() -> SequentialConfig {
-        SequentialConfig {
-            alpha: 0.01,
-            beta: 0.05,
-            ratio: 2.0,
-            min_requests: 100,
-        }
-    }
-}
+pub use crate::spec::judge::SequentialConfig;
 
 /// Bad settings or counts.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

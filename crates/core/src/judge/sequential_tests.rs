@@ -3,7 +3,7 @@
 //! false-alarm rate.
 
 use super::*;
-use crate::simulate::Rng;
+use crate::rng::Rng;
 
 fn counts(canary: (u64, u64), baseline: (u64, u64)) -> ErrorCounts {
     ErrorCounts {

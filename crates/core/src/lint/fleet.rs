@@ -127,7 +127,8 @@ pub(super) fn check_fleet(sink: &mut Sink, loaded: &LoadedManifest, fleet: &Flee
     }
 }
 
-/// The waves a FleetRollout forms over a fleet (see [`FleetRollout::waves`]).
+/// The waves a FleetRollout forms over a fleet: [`FleetRollout::waves`], kept at this path for
+/// its callers.
 pub fn waves_of(fleet_rollout: &FleetRollout, clusters: &[Cluster]) -> BTreeMap<u32, Vec<String>> {
     fleet_rollout.waves(clusters)
 }
@@ -340,7 +341,7 @@ pub(super) fn check_fleet_rollout(
     }
 
     // Anti-patterns, which need the fleet's layout.
-    let waves = waves_of(fleet_rollout, clusters);
+    let waves = fleet_rollout.waves(clusters);
     let targeted: Vec<&str> = waves.values().flatten().map(|s| s.as_str()).collect();
     if fleet.is_some() && waves.len() == 1 && targeted.len() > 1 {
         sink.warn(

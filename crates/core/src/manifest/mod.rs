@@ -507,4 +507,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod proptests;
+mod property_tests;

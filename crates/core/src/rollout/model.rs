@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::Millis;
 use crate::spec::analysis::AnalysisPhase;
 use crate::spec::rollout::{HeaderRoutingMatch, RouteMatch};
+use crate::time::Millis;
 
 /// Argo's integer revision: one per distinct pod template.
 pub type RevisionNumber = u32;

@@ -4,19 +4,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::traffic::{self, Bucket, Rng};
+use super::traffic::{self, Bucket};
 use super::{
     ClusterReport, EventCommand, EventReport, FailureReport, FaultKind, Inputs, Report,
     ScenarioCluster, ScenarioEvent, SimulationError, VersionProfile, WaveReport, builtin_read,
-    reach, seconds,
+    reach,
 };
-use crate::analysis::{Millis, Outcome};
+use crate::analysis::Outcome;
 use crate::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterOverlay, ClusterStatus,
     FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs, FleetState,
 };
+use crate::rng::Rng;
 use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights, template_hash};
 use crate::spec::rollout::Rollout;
+use crate::time::{Millis, seconds};
 
 /// History kept beyond the longest reference a metric reads (runs older than this read a
 /// truncated history).
@@ -467,13 +469,7 @@ pub(super) fn simulate(
                         };
                         builtin_read(read, at, members.iter().map(|c| &worlds[*c].buckets))
                     };
-                    match crate::analysis::compare::reads(&m.request) {
-                        None => answer(&m.request),
-                        Some(reads) => crate::analysis::compare::decide(
-                            &m.request,
-                            reads.iter().map(answer).collect(),
-                        ),
-                    }
+                    crate::analysis::compare::measure_with(&m.request, answer)
                 };
                 ClusterOutcome {
                     cluster: m.cluster,

@@ -9,14 +9,16 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::{MetricResult, Millis, Outcome};
+use crate::analysis::{MetricResult, Outcome};
 use crate::spec::analysis::{AnalysisTemplate, TrafficSubset};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 pub use crate::spec::scenario::*;
+use crate::time::Millis;
 
+pub use crate::rng::Rng;
 pub use driver::TickView;
-pub use traffic::{Bucket, Rng};
+pub use traffic::Bucket;
 
 /// Everything a simulation needs, as found in the scenario file.
 #[derive(Debug, Clone)]
@@ -120,10 +122,6 @@ pub struct FailureReport {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SimulationError(pub String);
-
-fn seconds(ms: Option<Millis>) -> Option<f64> {
-    ms.map(|m| m as f64 / 1000.0)
-}
 
 /// Answers one plain `builtin` read from the synthetic traffic of `series`, over the window
 /// ending at `at`: a value, or with a step a series.

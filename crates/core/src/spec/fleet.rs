@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::common::{Duration, IntOrPercent};
+use super::kube::ObjectMeta;
 use super::rollout::{AnalysisRunArgument as Argument, AnalysisTemplateRef};
-use super::{Duration, IntOrPercent, ObjectMeta};
 
 /// A set of clusters and how to reach each one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,7 +21,7 @@ pub struct Fleet {
     /// `Fleet`.
     pub kind: String,
     /// Object metadata.
-    #[serde(default, deserialize_with = "super::common::null_as_default")]
+    #[serde(default, deserialize_with = "crate::spec::common::null_as_default")]
     pub metadata: ObjectMeta,
     /// The clusters.
     pub spec: FleetSpec,
@@ -95,7 +96,7 @@ pub struct FleetRollout {
     /// `FleetRollout`.
     pub kind: String,
     /// Object metadata.
-    #[serde(default, deserialize_with = "super::common::null_as_default")]
+    #[serde(default, deserialize_with = "crate::spec::common::null_as_default")]
     pub metadata: ObjectMeta,
     /// The desired behaviour.
     pub spec: FleetRolloutSpec,

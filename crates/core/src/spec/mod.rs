@@ -8,11 +8,13 @@
 pub mod analysis;
 pub mod common;
 pub mod fleet;
+pub mod judge;
 pub mod kube;
 pub mod rollout;
 pub mod scenario;
 
 pub use common::{Duration, IntOrPercent, IntOrString};
+pub use kube::ObjectMeta;
 
 /// Argo Rollouts' API group and version.
 pub const ARGO_API_VERSION: &str = "argoproj.io/v1alpha1";
@@ -77,6 +79,3 @@ impl Manifest {
         meta.name.as_deref().unwrap_or("")
     }
 }
-
-/// Kubernetes object metadata, as every manifest carries it.
-pub type ObjectMeta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Duration, ObjectMeta};
+use super::common::Duration;
+use super::kube::ObjectMeta;
 
 /// A simulation scenario (`kind: Scenario`, flotilla.dev/v1alpha1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

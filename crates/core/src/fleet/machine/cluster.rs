@@ -1,0 +1,223 @@
+//! One cluster's tick: reachability, its analysis runs fed to its rollout engine, the engine's
+//! decisions as actions and events, and its runs advanced into measurement requests.
+
+use std::borrow::Cow;
+
+use super::FleetMachine;
+use crate::analysis::Outcome;
+use crate::analysis::run::Run;
+use crate::fleet::event::Decision;
+use crate::fleet::state::{ClusterStatus, FleetPhase};
+use crate::fleet::tick::{ClusterMeasurement, ClusterObservation, FleetOutput, Revisions};
+use crate::rollout::{self, Action, Command, RunKey, RunReport};
+use crate::spec::analysis::OnInconclusive;
+use crate::spec::fleet::UnreachableAction;
+use crate::spec::rollout::Rollout;
+use crate::time::Millis;
+
+impl FleetMachine {
+    pub(super) fn tick_cluster(
+        &mut self,
+        name: &str,
+        revisions: &Revisions<'_>,
+        observation: &ClusterObservation,
+        now: Millis,
+        output: &mut FleetOutput,
+    ) {
+        let (spec_ref, hash) = self.spec_for(name, revisions);
+        let spec: &Rollout = &spec_ref;
+        // Reachability: an unreachable cluster is retried, never validated, and past its
+        // timeout halts the fleet or is skipped.
+        if !observation.reachable {
+            let timeout = self.plan.policy.unreachable_timeout as Millis;
+            let action = self.plan.policy.unreachable_action;
+            let in_current_wave = self.plan.wave_of(name) == Some(self.state.wave)
+                && self.state.phase == FleetPhase::Progressing;
+            let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+            let since = *cluster.unreachable_since.get_or_insert(now);
+            let in_play = matches!(
+                cluster.status,
+                ClusterStatus::Progressing | ClusterStatus::Paused
+            ) || (cluster.status == ClusterStatus::NotStarted && in_current_wave);
+            if in_play && now - since >= timeout {
+                match action {
+                    UnreachableAction::Skip => {
+                        cluster.status = ClusterStatus::Skipped;
+                        cluster.decided_at = Some(now);
+                        cluster.paused_for = None;
+                        cluster.reason = format!(
+                            "skipped: unreachable for {} s; when it answers again its traffic returns to its stable, and retry rolls it forward",
+                            (now - since) / 1000
+                        );
+                        // Whatever it was doing does not go on unjudged when it answers again:
+                        // its canary is aborted then (Skipped is final, and no success).
+                        if cluster.on_new_spec {
+                            cluster.pending.push(Command::Abort);
+                        }
+                        self.events.push(
+                            Some(now),
+                            Some(name),
+                            Decision::Skipped,
+                            format!("{name}: {}", cluster.reason),
+                        );
+                    }
+                    UnreachableAction::Halt => {
+                        let message =
+                            format!("cluster {name} unreachable for {} s", (now - since) / 1000);
+                        cluster.reason = message.clone();
+                        self.halt(message);
+                    }
+                }
+            }
+            return;
+        }
+        if observation.diverged {
+            // Reachable, but not running what was decided: nothing advances on it until the
+            // driver's repair took effect.
+            let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+            cluster.unreachable_since = None;
+            return;
+        }
+        // Feed the runs' phases to the engine, take its decisions.
+        let mut observed = Cow::Borrowed(&observation.observed);
+        let cluster_runs: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
+        for key in cluster_runs {
+            // A run whose plan cannot be derived (a missing template, an argument that does not
+            // resolve) is still reported: it is in Error, and the engine must see it, or the
+            // canary would go on with nothing judging it.
+            let plan = self.run_plan(spec, name, key);
+            let run = &self.state.clusters[name].runs[&key];
+            observed.to_mut().analysis.insert(
+                key,
+                RunReport {
+                    phase: run.phase,
+                    message: run.message.clone(),
+                    abort_on_inconclusive: plan
+                        .as_ref()
+                        .is_some_and(|plan| run.inconclusive_action(plan) == OnInconclusive::Abort),
+                    stale: plan.as_ref().and_then(|plan| run.stale(plan, now)),
+                },
+            );
+        }
+        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        cluster.unreachable_since = None;
+        let commands = std::mem::take(&mut cluster.pending);
+        let (step_before, deadline_before) = (
+            cluster.rollout.step_index,
+            cluster.rollout.deadline_exceeded,
+        );
+        let actions = rollout::reconcile_with_hash(
+            spec,
+            &hash,
+            &mut cluster.rollout,
+            &observed,
+            &commands,
+            now,
+        );
+        // What the engine decided: a step reached, a weight set without one, its own events.
+        let engine = &cluster.rollout;
+        let stepped = cluster.status == ClusterStatus::Progressing
+            && step_before.is_some()
+            && engine.step_index > step_before;
+        if stepped {
+            let steps = spec.canary().map_or(0, |c| c.steps.len()) as u32;
+            let (step, weight) = (
+                engine.step_index.unwrap_or(0),
+                engine.desired_weight.unwrap_or(0),
+            );
+            self.events.push_with_evidence(
+                now,
+                name,
+                cluster,
+                Decision::StepReached {
+                    step,
+                    steps,
+                    weight,
+                },
+                format!("{name}: step {step}/{steps} (canary weight {weight})"),
+            );
+        }
+        for action in &actions {
+            match action {
+                Action::SetWeight { canary, .. } if !stepped => self.events.push(
+                    Some(now),
+                    Some(name),
+                    Decision::WeightSet { weight: *canary },
+                    format!("{name}: canary weight {canary}"),
+                ),
+                Action::Event { reason, message } => self.events.push(
+                    Some(now),
+                    Some(name),
+                    Decision::RolloutEvent {
+                        reason: reason.clone(),
+                    },
+                    format!("{name}: {message}"),
+                ),
+                _ => {}
+            }
+        }
+        let mut starts = Vec::new();
+        for action in &actions {
+            match action {
+                Action::StartAnalysis { run } => starts.push(*run),
+                Action::TerminateAnalysis { run } => {
+                    let plan = self.run_plan(spec, name, *run);
+                    if let (Some(plan), Some(state)) = (
+                        plan,
+                        self.state
+                            .clusters
+                            .get_mut(name)
+                            .and_then(|c| c.runs.get_mut(run)),
+                    ) {
+                        state.terminate();
+                        for index in state.to_cancel() {
+                            state.handle_outcome(&plan, index, now, Outcome::Terminated);
+                        }
+                        state.assess(&plan, now);
+                    }
+                }
+                _ => {}
+            }
+            output.actions.push((name.to_owned(), action.clone()));
+        }
+        for run in starts {
+            let plan = self.run_plan(spec, name, run);
+            let state = match &plan {
+                Some(plan) => Run::new(plan, now),
+                None => {
+                    Run::failed_to_start("Unable to resolve metric arguments for this cluster", now)
+                }
+            };
+            self.state
+                .clusters
+                .get_mut(name)
+                .expect("known cluster")
+                .runs
+                .insert(run, state);
+        }
+        // Advance the runs: due measurements become requests.
+        let keys: Vec<RunKey> = self.state.clusters[name].runs.keys().copied().collect();
+        for key in keys {
+            let Some(plan) = self.run_plan(spec, name, key) else {
+                continue;
+            };
+            let run = self
+                .state
+                .clusters
+                .get_mut(name)
+                .expect("known cluster")
+                .runs
+                .get_mut(&key)
+                .expect("known run");
+            run.assess(&plan, now);
+            for request in run.poll_due(&plan, now) {
+                output.measurements.push(ClusterMeasurement {
+                    cluster: name.to_owned(),
+                    run: key,
+                    request,
+                });
+            }
+        }
+        self.judge_cluster(name, spec, now, deadline_before);
+    }
+}

@@ -79,10 +79,7 @@ impl ClusterDesired {
                 )
             })
             .collect();
-        let max = rollout
-            .canary()
-            .and_then(|c| c.traffic_routing.as_ref())
-            .map_or(100, |r| r.max_traffic_weight());
+        let max = crate::rollout::engine::max_weight(rollout.canary());
         let weights = state.desired_weight.map(|canary| Weights {
             canary,
             stable: max - canary,

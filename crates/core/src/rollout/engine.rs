@@ -3,8 +3,9 @@
 //! no I/O, no clock, no randomness: the same inputs give the same outputs.
 //!
 //! Actions are emitted when an intent changes (a new replica count, a new weight, a run to
-//! start), so a runtime that executes each action once, idempotently, converges; after a restart
-//! it re-applies [`super::desired_actions`].
+//! start); what a cluster must run at any moment follows from the state alone
+//! ([`crate::backend::ClusterDesired::of`]), which a runtime ensures level-triggered, also after
+//! a restart.
 //!
 //! This module is the reconcile's order of work; each step is a child module: `commands` (the
 //! operator's), `revision` (a new pod template), `canary` and `blue_green` (the strategies),
@@ -22,7 +23,8 @@ mod status;
 use self::blue_green::reconcile_blue_green;
 use self::canary::reconcile_canary;
 use self::commands::handle_commands;
-use self::intents::{Ctx, max_weight, scale};
+pub(crate) use self::intents::max_weight;
+use self::intents::{Ctx, scale};
 use self::revision::observe_template;
 use self::status::{check_deadline, compute_phase};
 use super::model::{Action, Command, Observed, Phase, RevisionNumber, RolloutState};
@@ -116,35 +118,4 @@ pub fn reconcile_with_hash(
     check_deadline(&mut ctx, state);
     compute_phase(&ctx, state);
     ctx.actions
-}
-
-/// Every action that re-establishes the engine's current intent, for a runtime that restarted
-/// and cannot know which of its last actions took effect. All are idempotent.
-pub fn desired_actions(state: &RolloutState, rollout: &Rollout) -> Vec<Action> {
-    let mut actions: Vec<Action> = state
-        .desired_replicas
-        .iter()
-        .map(|(revision, replicas)| Action::Scale {
-            revision: *revision,
-            hash: state.hash(*revision),
-            replicas: *replicas,
-        })
-        .collect();
-    if let Some(stable) = state.stable {
-        actions.push(Action::MarkStable { revision: stable });
-    }
-    if let Some(canary) = state.desired_weight {
-        let max = max_weight(rollout.canary());
-        actions.push(Action::SetWeight {
-            canary,
-            stable: max - canary,
-        });
-    }
-    if let Some(active) = state.active {
-        actions.push(Action::SwitchActive { revision: active });
-    }
-    if let Some(preview) = state.preview {
-        actions.push(Action::SwitchPreview { revision: preview });
-    }
-    actions
 }

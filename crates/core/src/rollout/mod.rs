@@ -4,7 +4,7 @@
 pub mod engine;
 pub mod model;
 
-pub use engine::{desired_actions, reconcile, reconcile_with_hash, template_hash};
+pub use engine::{reconcile, reconcile_with_hash, template_hash};
 pub use model::*;
 
 #[cfg(test)]

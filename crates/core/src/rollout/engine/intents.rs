@@ -168,7 +168,8 @@ pub(super) fn schedule_abort_scale_down(
     }
 }
 
-pub(super) fn max_weight(canary: Option<&CanaryStrategy>) -> i32 {
+/// The weight that means "all traffic" for a canary: its `maxTrafficWeight`, or 100.
+pub(crate) fn max_weight(canary: Option<&CanaryStrategy>) -> i32 {
     canary
         .and_then(|c| c.traffic_routing.as_ref())
         .map_or(100, |r| r.max_traffic_weight())

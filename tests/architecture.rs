@@ -149,7 +149,11 @@ fn the_controller_does_not_link_the_agents_data_plane() {
 #[test]
 fn adapters_depend_on_the_core_only() {
     let graph = graph();
-    for adapter in ["flotilla-providers", "flotilla-git", "flotilla-agent-backend"] {
+    for adapter in [
+        "flotilla-providers",
+        "flotilla-git",
+        "flotilla-agent-backend",
+    ] {
         let ours: BTreeSet<String> = closure(&graph, adapter)
             .into_iter()
             .filter(|p| p.starts_with("flotilla"))

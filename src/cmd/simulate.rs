@@ -183,6 +183,26 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                     at(wave.started_at),
                     at(wave.completed_at)
                 )?;
+                for barrier in &wave.barriers {
+                    let last = match barrier.last_arrived_at {
+                        Some(arrived) => format!(
+                            "; {} arrived last, at {}",
+                            barrier.last_arrived.join(", "),
+                            at(Some(arrived))
+                        ),
+                        None => format!(
+                            "; released by an operator, {} not there yet",
+                            barrier.not_there.join(", ")
+                        ),
+                    };
+                    writeln!(
+                        stdout,
+                        "  lockstep barrier {}/{} passed at {}{last}",
+                        barrier.step,
+                        barrier.steps,
+                        at(Some(barrier.passed_at))
+                    )?;
+                }
             }
             for c in &report.clusters {
                 writeln!(

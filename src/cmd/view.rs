@@ -68,7 +68,21 @@ pub fn render(view: &FleetView) -> String {
             (Some(start), None) => format!("started {}", clock(Some(start))),
             _ => "not started".into(),
         };
-        let _ = writeln!(out, "wave {}  {state}", wave.index);
+        let lockstep = if wave.lockstep { "  lockstep" } else { "" };
+        let _ = writeln!(out, "wave {}  {state}{lockstep}", wave.index);
+        if let Some(b) = &wave.barrier {
+            let mut line = format!(
+                "  ⏸ barrier at step {}/{} ({} passed)",
+                b.step, b.steps, b.passed
+            );
+            if !b.waiting.is_empty() {
+                line.push_str(&format!("; waiting: {}", b.waiting.join(", ")));
+            }
+            if !b.not_there.is_empty() {
+                line.push_str(&format!("; not there yet: {}", b.not_there.join(", ")));
+            }
+            let _ = writeln!(out, "{line}");
+        }
         for cluster in &wave.clusters {
             render_cluster(&mut out, cluster);
         }
@@ -141,6 +155,62 @@ pub fn render_cluster(out: &mut String, c: &ClusterView) {
             run.name,
             run.phase,
             metrics.join("  ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_core::fleet::BarrierStatus;
+    use flotilla_runtime::controller::record::{FleetView, WaveView};
+
+    /// `get fleet` marks a lockstep wave and shows its barrier: the step, who waits and who is
+    /// not there yet.
+    #[test]
+    fn a_lockstep_wave_shows_its_barrier() {
+        let cluster = |name: &str, status: &str| {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "status": status, "reason": "", "reachable": true,
+                "rolloutPhase": "Paused", "rolloutMessage": "", "step": "0/2", "weights": [30, 70],
+                "desiredWeight": 30, "stableVersion": "1.0", "currentVersion": "2.0",
+                "failure": null, "startedAt": null, "decidedAt": null, "analysis": []
+            }))
+            .unwrap()
+        };
+        let view = FleetView {
+            name: "app".into(),
+            revision: "r1".into(),
+            image: "app:2.0".into(),
+            previous_image: "app:1.0".into(),
+            phase: "Progressing".into(),
+            message: String::new(),
+            wave: 1,
+            paused: false,
+            git: None,
+            waves: vec![WaveView {
+                index: 1,
+                started_at: Some(0),
+                completed_at: None,
+                clusters: vec![cluster("east", "Paused"), cluster("west", "Progressing")],
+                lockstep: true,
+                barrier: Some(BarrierStatus {
+                    step: 1,
+                    steps: 2,
+                    passed: 0,
+                    waiting: vec!["east".into()],
+                    not_there: vec!["west".into()],
+                }),
+            }],
+            errors: Vec::new(),
+        };
+        let text = super::render(&view);
+        assert!(
+            text.contains("wave 1  started 00:00:00  lockstep"),
+            "{text}"
+        );
+        assert!(
+            text.contains("barrier at step 1/2 (0 passed); waiting: east; not there yet: west"),
+            "{text}"
         );
     }
 }

@@ -186,6 +186,28 @@ pub enum Decision {
         /// The run's phase.
         phase: AnalysisPhase,
     },
+    /// A lockstep wave passed a barrier: its clusters enter the next step together.
+    BarrierPassed {
+        /// 1-based.
+        wave: usize,
+        /// The step completed by every cluster (1-based, of `steps`; a blue-green wave's
+        /// single barrier is before its switch, step 1 of 1).
+        step: u32,
+        /// The steps of the wave's Rollout.
+        steps: u32,
+        /// The clusters that arrived last (several when they arrived at the same reconcile),
+        /// when every one arrived.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        last_arrived: Vec<String>,
+        /// When they arrived (ms).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_arrived_at: Option<Millis>,
+        /// The clusters released at the barrier.
+        released: Vec<String>,
+        /// The clusters not there yet, when an operator released the barrier early.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        not_there: Vec<String>,
+    },
     /// A wave completed (validated and baked).
     WaveCompleted {
         /// 1-based.
@@ -257,6 +279,7 @@ impl Decision {
         "bakeStarted",
         "bakeEnded",
         "waveAnalysis",
+        "barrierPassed",
         "waveCompleted",
         "superseded",
         "settled",
@@ -289,6 +312,7 @@ impl Decision {
             Decision::BakeStarted { .. } => "bakeStarted",
             Decision::BakeEnded { .. } => "bakeEnded",
             Decision::WaveAnalysis { .. } => "waveAnalysis",
+            Decision::BarrierPassed { .. } => "barrierPassed",
             Decision::WaveCompleted { .. } => "waveCompleted",
             Decision::Superseded { .. } => "superseded",
             Decision::Settled => "settled",

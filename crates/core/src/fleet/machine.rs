@@ -5,12 +5,14 @@
 //! - `cluster`: one cluster's tick; `validation`: its verdict (validated on evidence,
 //!   failed, paused for a human);
 //! - `waves`: starting clusters, the wave gate, bakes, wave-level analysis, widened rollbacks;
+//! - `lockstep`: the barrier of a lockstep wave before each step, and its release;
 //! - `overlays`: per-cluster overlays and pins; `revisions`: a new desired spec (supersede,
 //!   settle, adoption); `durable`: the durable change Git needs after a failure;
 //! - `operator`: operator commands, accepted or refused.
 
 mod cluster;
 mod durable;
+mod lockstep;
 mod operator;
 mod overlays;
 mod revisions;
@@ -32,6 +34,8 @@ use crate::analysis::run::Run;
 use crate::rollout::{self, Command, RunKey};
 use crate::spec::rollout::Rollout;
 use crate::time::Millis;
+
+pub use lockstep::{BarrierStatus, barrier_steps};
 
 /// The fleet machine: state plus the plans it derives (which are not serialized).
 pub struct FleetMachine {
@@ -323,7 +327,11 @@ impl FleetMachine {
                         format!("{name}: {}", cluster.reason),
                     );
                 }
-                ClusterStatus::Progressing => {
+                // Waiting at a lockstep barrier is being mid-update too.
+                ClusterStatus::Progressing | ClusterStatus::Paused
+                    if cluster.status == ClusterStatus::Progressing
+                        || cluster.paused_for == Some(PausedFor::Barrier) =>
+                {
                     cluster.status = ClusterStatus::Paused;
                     cluster.reason =
                         format!("paused: the fleet halted ({name} keeps running its analysis)");
@@ -401,7 +409,7 @@ impl FleetMachine {
         now: Millis,
     ) -> FleetOutput {
         let mut output = FleetOutput::default();
-        self.handle_commands(commands);
+        self.handle_commands(commands, revisions.next, now);
         self.prepare_overlays(revisions);
         self.apply_pins(now);
         // Measurement outcomes into their runs.
@@ -469,6 +477,7 @@ impl FleetMachine {
             };
             self.tick_cluster(name, revisions, observation, now, &mut output);
         }
+        self.lockstep(revisions.next, now);
         self.gate(revisions.next, now, &mut output);
         // Start the clusters the wave gate allows; they take the new spec from the next tick.
         self.start_clusters(now, revisions.next);

@@ -7,7 +7,8 @@ use crate::analysis::plan::{ArgValue, METRICS_ADDRESS_ARG, PlanError, RunPlan, r
 use crate::rollout::{AnalysisSlot, RunKey, template_hash};
 use crate::spec::analysis::{AnalysisTemplate, AnalysisTemplateSpec};
 use crate::spec::fleet::{
-    Fleet, FleetRollout, NewRevisionPolicy, RollbackScope, UnreachableAction, WaveAnalysis,
+    Fleet, FleetRollout, LockstepFailure, NewRevisionPolicy, RollbackScope, UnreachableAction,
+    WaveAnalysis,
 };
 use crate::spec::rollout::{AnalysisRunArgument, AnalysisTemplateRef, Rollout};
 
@@ -37,6 +38,8 @@ pub struct Policy {
     pub unreachable_action: UnreachableAction,
     /// What a new revision does to one in flight.
     pub on_new_revision: NewRevisionPolicy,
+    /// What a failed cluster does to the rest of its lockstep wave.
+    pub lockstep: LockstepFailure,
 }
 
 /// A fleet rollout resolved against its Fleet, Rollout and templates.
@@ -48,6 +51,8 @@ pub struct FleetPlan {
     pub waves: Vec<Vec<String>>,
     /// Per wave: at most this many clusters progressing at once.
     pub max_update: Vec<usize>,
+    /// Per wave: whether its clusters move in lockstep (a barrier before each step).
+    pub lockstep: Vec<bool>,
     /// Every targeted cluster.
     pub clusters: BTreeMap<String, ClusterSpec>,
     /// Bake time after a wave is validated (ms).
@@ -124,12 +129,19 @@ impl FleetPlan {
         let waves: Vec<Vec<String>> = layout.values().cloned().collect();
         // Wave number N comes from step N - 1 (a step that takes no cluster leaves its number
         // unused, so the index among the waves is not the step's).
+        let lockstep: Vec<bool> = layout
+            .keys()
+            .map(|number| fleet_rollout.lockstep(*number))
+            .collect();
+        // A lockstep wave starts every cluster together: its maxUpdate is ignored.
         let max_update = layout
             .iter()
-            .map(|(number, wave)| {
+            .zip(&lockstep)
+            .map(|((number, wave), lockstep)| {
                 steps
                     .and_then(|s| s.get((*number as usize).wrapping_sub(1)))
                     .and_then(|s| s.max_update)
+                    .filter(|_| !lockstep)
                     .map_or(wave.len(), |m| {
                         m.resolve_ceil(wave.len() as i64).max(1) as usize
                     })
@@ -153,6 +165,7 @@ impl FleetPlan {
             name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
             waves,
             max_update,
+            lockstep,
             clusters,
             bake: fleet_rollout
                 .spec
@@ -170,6 +183,7 @@ impl FleetPlan {
                     .unwrap_or(300_000),
                 unreachable_action: unreachable.action.unwrap_or_default(),
                 on_new_revision: fleet_rollout.spec.on_new_revision.unwrap_or_default(),
+                lockstep: policy.lockstep.unwrap_or_default(),
             },
             templates: templates
                 .iter()

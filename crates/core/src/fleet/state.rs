@@ -116,6 +116,9 @@ pub enum PausedFor {
     /// Healthy on the new revision, but a run passed without evidence (or there is no
     /// analysis): `promote` accepts, `abort` rolls back.
     NoEvidence,
+    /// Its step is complete and it waits at its lockstep wave's barrier for the clusters not
+    /// there yet (its analysis goes on); `promote --wave N` releases the barrier.
+    Barrier,
 }
 
 /// The fleet machine's state: serializable, restored as is.
@@ -148,6 +151,23 @@ pub struct FleetState {
     /// Decisions numbered so far (each fleet event's id counts from it).
     #[serde(default)]
     pub event_seq: u64,
+    /// The barrier of the wave in progress, when it moves in lockstep and has clusters in
+    /// flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<Barrier>,
+}
+
+/// A lockstep wave's barrier: the steps its clusters passed together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Barrier {
+    /// The wave (0-based).
+    pub wave: usize,
+    /// The fleet revision it is of.
+    pub revision: String,
+    /// Barriers passed: the highest canary step index the wave's clusters may enter (a
+    /// blue-green wave: 1 once it may switch).
+    pub released: u32,
 }
 
 impl FleetState {

@@ -12,6 +12,8 @@ use crate::spec::analysis::{AnalysisPhase, AnalysisTemplate};
 use crate::spec::fleet::{Fleet, FleetRollout};
 use crate::spec::rollout::Rollout;
 
+mod lockstep;
+
 const CLUSTERS: [&str; 4] = [
     "canary-eu-west",
     "prod-eu-west",
@@ -127,6 +129,8 @@ struct Sim {
     deployed: Vec<(i64, String, String)>,
     /// (time, 0-based wave, query) of every wave-level analysis measurement requested.
     wave_measured: Vec<(i64, usize, String)>,
+    /// The decisions of the last step.
+    events: Vec<FleetEvent>,
 }
 
 impl Sim {
@@ -159,14 +163,21 @@ impl Sim {
         fleet_rollout: FleetRollout,
         condition: &str,
         truth: Truth,
+        specs: (Rollout, Rollout),
+    ) -> Sim {
+        let templates = [template(condition), wave_template(condition)];
+        Sim::with_templates(fleet, fleet_rollout, &templates, truth, specs)
+    }
+
+    /// A fleet moving from `previous` to `next`, its analysis from `templates`.
+    fn with_templates(
+        fleet: &Fleet,
+        fleet_rollout: FleetRollout,
+        templates: &[AnalysisTemplate],
+        truth: Truth,
         (previous, next): (Rollout, Rollout),
     ) -> Sim {
-        let plan = FleetPlan::resolve(
-            fleet,
-            &fleet_rollout,
-            &[template(condition), wave_template(condition)],
-        )
-        .unwrap();
+        let plan = FleetPlan::resolve(fleet, &fleet_rollout, templates).unwrap();
         let machine = FleetMachine::new(
             plan,
             &Revisions {
@@ -186,6 +197,7 @@ impl Sim {
             pending: Vec::new(),
             deployed: Vec::new(),
             wave_measured: Vec::new(),
+            events: Vec::new(),
         };
         // Every cluster starts settled on the previous version.
         sim.step(&[]);
@@ -289,6 +301,7 @@ impl Sim {
         let output = self
             .machine
             .tick(&revisions, &observations, outcomes, commands, self.now);
+        self.events = output.events;
         for (cluster, action) in output.actions {
             if self.truth.unreachable.contains(cluster.as_str()) {
                 continue;
@@ -1468,6 +1481,7 @@ fn clusters_adopted_at_first_start_are_judged_unless_already_on_the_revision() {
         pending: Vec::new(),
         deployed: Vec::new(),
         wave_measured: Vec::new(),
+        events: Vec::new(),
     };
     let old = rollout("payment-api:1.8.3");
     for cluster in ["canary-eu-west", "prod-eu-west", "prod-us-east"] {

@@ -340,6 +340,14 @@ pub(super) fn check_fleet_rollout(
         }
     }
 
+    check_lockstep(
+        sink,
+        loaded,
+        fleet_rollout,
+        rollout,
+        fleet.map(|_| clusters),
+    );
+
     // Anti-patterns, which need the fleet's layout.
     let waves = fleet_rollout.waves(clusters);
     let targeted: Vec<&str> = waves.values().flatten().map(|s| s.as_str()).collect();
@@ -363,6 +371,78 @@ pub(super) fn check_fleet_rollout(
         }
         check_global_thresholds(index, sink, fleet_rollout, rollout, clusters, &targeted);
         check_injected_args(index, sink, loaded, rollout, clusters, &targeted);
+    }
+}
+
+/// Lockstep waves: `maxUpdate` is ignored in one, a wave of one cluster has nothing to wait
+/// for, and a canary without steps has no barrier. `clusters`: the Fleet's, when it is among
+/// the linted files.
+fn check_lockstep(
+    sink: &mut Sink,
+    loaded: &LoadedManifest,
+    fleet_rollout: &FleetRollout,
+    rollout: Option<&Rollout>,
+    clusters: Option<&[Cluster]>,
+) {
+    let spec = &fleet_rollout.spec;
+    let layout = clusters.map(|c| fleet_rollout.waves(c));
+    let size = |number: u32| layout.as_ref().map(|l| l.get(&number).map_or(0, Vec::len));
+    let mut any = false;
+    for (i, step) in spec.waves.steps.iter().flatten().enumerate() {
+        let number = i as u32 + 1;
+        if !fleet_rollout.lockstep(number) {
+            continue;
+        }
+        any = true;
+        let path = format!("spec.waves.steps[{i}]");
+        if step.max_update.is_some() {
+            sink.warn(
+                loaded,
+                "fleet/lockstep-max-update",
+                format!("{path}.maxUpdate"),
+                format!("wave {number} moves in lockstep: every cluster of it starts together, so maxUpdate is ignored"),
+            );
+        }
+        if step.lockstep == Some(true)
+            && let Some(n) = size(number)
+            && n == 1
+        {
+            sink.warn(
+                loaded,
+                "fleet/lockstep-single-cluster",
+                format!("{path}.lockstep"),
+                format!("wave {number} has a single cluster: a lockstep barrier has no other cluster to wait for"),
+            );
+        }
+    }
+    if spec.waves.list.is_some() && spec.waves.lockstep == Some(true) {
+        any = true;
+        if let Some(layout) = &layout
+            && !layout.is_empty()
+            && layout.values().all(|w| w.len() <= 1)
+        {
+            sink.warn(
+                loaded,
+                "fleet/lockstep-single-cluster",
+                "spec.waves.lockstep",
+                "every wave has a single cluster: a lockstep barrier has no other cluster to wait for",
+            );
+        }
+    }
+    if any
+        && let Some(rollout) = rollout
+        && rollout.canary().is_some_and(|c| c.steps.is_empty())
+    {
+        sink.warn(
+            loaded,
+            "fleet/lockstep-no-steps",
+            if spec.waves.lockstep == Some(true) {
+                "spec.waves.lockstep"
+            } else {
+                "spec.waves.steps"
+            },
+            format!("Rollout {:?} is a canary without steps: there is no barrier to pass together, and each cluster is promoted on its own", spec.rollout),
+        );
     }
 }
 

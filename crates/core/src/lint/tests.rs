@@ -1666,6 +1666,47 @@ fn cases() -> Vec<Case> {
             )]),
         ),
         case(
+            "fleet/lockstep-max-update",
+            W,
+            "spec.waves.steps[0].maxUpdate",
+            fleet_set(&[("waves", "{steps: [{lockstep: true, maxUpdate: 1}]}")]),
+            fleet_set(&[("waves", "{steps: [{lockstep: true}]}")]),
+        ),
+        case(
+            "fleet/lockstep-single-cluster",
+            W,
+            "spec.waves.steps[1].lockstep",
+            fleet_set(&[(
+                "waves",
+                "{steps: [{matchLabels: {tier: canary}}, {matchLabels: {tier: prod}, lockstep: true}]}",
+            )]),
+            fleet_set(&[("waves", "{steps: [{lockstep: true}]}")]),
+        ),
+        case(
+            "fleet/lockstep-single-cluster",
+            W,
+            "spec.waves.lockstep",
+            fleet_set(&[("waves", "{list: [{cluster: c1, wave: 1}, {cluster: c2, wave: 2}], lockstep: true}")]),
+            fleet_set(&[("waves", "{list: [{cluster: c1, wave: 1}, {cluster: c2, wave: 1}], lockstep: true}")]),
+        ),
+        case(
+            "fleet/lockstep-no-steps",
+            W,
+            "spec.waves.steps",
+            docs(&[
+                &fleet(&[], &[]),
+                &fleet_rollout(&[("waves", "{steps: [{lockstep: true}]}")]),
+                &canary_steps("analysis: {templates: [{templateName: t}]}", "[]"),
+                &template_metric(&[]),
+            ]),
+            docs(&[
+                &fleet(&[], &[]),
+                &fleet_rollout(&[("waves", "{steps: [{lockstep: true}]}")]),
+                &gated_rollout(),
+                &template_metric(&[]),
+            ]),
+        ),
+        case(
             "fleet/selector",
             E,
             "spec.waves.steps[0].matchExpressions[0].values",

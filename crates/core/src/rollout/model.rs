@@ -257,6 +257,9 @@ pub enum PauseReason {
     BlueGreenPause,
     /// An analysis run was Inconclusive.
     InconclusiveAnalysisRun,
+    /// Flotilla's own: the step is complete, and the cluster waits at its lockstep wave's
+    /// barrier for the rest of the wave before it enters the next step.
+    LockstepBarrier,
 }
 
 /// A pause condition and when it started.
@@ -346,6 +349,11 @@ pub struct RolloutState {
     pub promotion_allowed: bool,
     /// Blue-green: whether traffic was switched to the new revision.
     pub switched: bool,
+    /// A lockstep barrier, set by the fleet before each reconcile: the highest canary step
+    /// index the rollout may enter (blue-green: 1 lets it switch). A step completed at the
+    /// barrier holds the rollout with a `LockstepBarrier` pause condition. None: no barrier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<u32>,
 }
 
 impl RolloutState {
@@ -364,5 +372,43 @@ impl RolloutState {
     /// Whether a pause condition with this reason is in effect.
     pub fn has_pause(&self, reason: PauseReason) -> bool {
         self.pause_conditions.iter().any(|p| p.reason == reason)
+    }
+
+    /// Steps completed, one held at a lockstep barrier included (blue-green: 1 once ready to
+    /// switch, or switched): what a lockstep barrier compares.
+    pub fn lockstep_progress(&self) -> u32 {
+        let held = u32::from(self.has_pause(PauseReason::LockstepBarrier));
+        let done = if self.switched {
+            1
+        } else {
+            self.step_index.unwrap_or(0)
+        };
+        done + held
+    }
+
+    /// Since when the rollout has waited at a lockstep barrier, while it does.
+    pub fn at_barrier_since(&self) -> Option<Millis> {
+        self.pause_conditions
+            .iter()
+            .find(|p| p.reason == PauseReason::LockstepBarrier)
+            .map(|p| p.start_time)
+    }
+
+    /// Whether the lockstep barrier lets the rollout enter step index `index`; when it does
+    /// not, the rollout waits at it (a `LockstepBarrier` pause condition, once).
+    pub(crate) fn pass_barrier(&mut self, index: u32, now: Millis) -> bool {
+        if self.barrier.is_none_or(|cap| index <= cap) {
+            self.pause_conditions
+                .retain(|p| p.reason != PauseReason::LockstepBarrier);
+            return true;
+        }
+        if !self.has_pause(PauseReason::LockstepBarrier) {
+            self.pause_conditions.push(PauseCondition {
+                reason: PauseReason::LockstepBarrier,
+                start_time: now,
+            });
+        }
+        self.waiting_since = None;
+        false
     }
 }

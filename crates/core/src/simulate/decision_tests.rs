@@ -7,7 +7,7 @@ use super::run;
 use super::test_support::{inputs, with_events};
 use crate::fleet::{Decision, FleetMachine, FleetPlan, FleetSpecs};
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 12] = [
     include_str!("../../../../examples/simulate/healthy.yaml"),
     include_str!("../../../../examples/simulate/global-regression.yaml"),
     include_str!("../../../../examples/simulate/metrics-outage.yaml"),
@@ -16,6 +16,8 @@ const SCENARIOS: [&str; 10] = [
     include_str!("../../../../examples/simulate/regional-regression.yaml"),
     include_str!("../../../../examples/simulate/superseded-release.yaml"),
     include_str!("../../../../examples/simulate/wave-analysis.yaml"),
+    include_str!("../../../../examples/simulate/lockstep.yaml"),
+    include_str!("../../../../examples/simulate/lockstep-regression.yaml"),
     include_str!("../../../../examples/judges/healthy-fleet.yaml"),
     include_str!("../../../../examples/judges/regressed-fleet.yaml"),
 ];

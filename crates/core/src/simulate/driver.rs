@@ -6,14 +6,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::traffic::{self, Bucket};
 use super::{
-    ClusterReport, EventCommand, EventReport, FailureReport, FaultKind, Inputs, Report,
-    ScenarioCluster, ScenarioEvent, SimulationError, VersionProfile, WaveReport, builtin_read,
-    reach,
+    BarrierReport, ClusterReport, EventCommand, EventReport, FailureReport, FaultKind, Inputs,
+    Report, ScenarioCluster, ScenarioEvent, SimulationError, VersionProfile, WaveReport,
+    builtin_read, reach,
 };
 use crate::analysis::Outcome;
 use crate::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, ClusterOverlay, ClusterStatus,
-    FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs, FleetState,
+    Decision, FleetCommand, FleetEvent, FleetMachine, FleetPhase, FleetPlan, FleetSpecs,
+    FleetState,
 };
 use crate::rng::Rng;
 use crate::rollout::{Action, Observed, ReplicaCounts, RevisionNumber, Weights, template_hash};
@@ -637,6 +638,8 @@ pub(super) fn simulate(
             clusters: clusters.clone(),
             started_at: seconds(state.wave_started_at[i]),
             completed_at: seconds(state.wave_completed_at[i]),
+            lockstep: plan.lockstep.get(i).copied().unwrap_or(false),
+            barriers: barriers_of(&decisions, i + 1),
         })
         .collect();
     let mut clusters: Vec<ClusterReport> = plan
@@ -687,4 +690,31 @@ pub(super) fn simulate(
         events: reports,
         decisions,
     })
+}
+
+/// The lockstep barriers wave `wave` (1-based) passed, from the machine's decisions.
+fn barriers_of(decisions: &[FleetEvent], wave: usize) -> Vec<BarrierReport> {
+    decisions
+        .iter()
+        .filter_map(|event| match &event.decision {
+            Decision::BarrierPassed {
+                wave: w,
+                step,
+                steps,
+                last_arrived,
+                last_arrived_at,
+                released,
+                not_there,
+            } if *w == wave => Some(BarrierReport {
+                step: *step,
+                steps: *steps,
+                passed_at: seconds(Some(event.at)).unwrap_or_default(),
+                last_arrived: last_arrived.clone(),
+                last_arrived_at: seconds(*last_arrived_at),
+                released: released.clone(),
+                not_there: not_there.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
 }

@@ -79,6 +79,34 @@ pub struct WaveReport {
     pub started_at: Option<f64>,
     /// Seconds of virtual time, or null.
     pub completed_at: Option<f64>,
+    /// Whether its clusters move in lockstep.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lockstep: bool,
+    /// The lockstep barriers it passed, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub barriers: Vec<BarrierReport>,
+}
+
+/// A lockstep barrier a wave passed, in a [`WaveReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BarrierReport {
+    /// The step every cluster completed (1-based, of `steps`).
+    pub step: u32,
+    /// The steps of the Rollout.
+    pub steps: u32,
+    /// When the barrier was passed (s).
+    pub passed_at: f64,
+    /// The clusters that arrived last (several when they arrived at the same tick), when every
+    /// one arrived.
+    pub last_arrived: Vec<String>,
+    /// When they arrived (s).
+    pub last_arrived_at: Option<f64>,
+    /// The clusters released.
+    pub released: Vec<String>,
+    /// The clusters not there yet, when an operator released it early.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_there: Vec<String>,
 }
 
 /// One cluster of a [`Report`].

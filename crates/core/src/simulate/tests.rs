@@ -1,6 +1,6 @@
 //! The shipped scenarios run to their expected outcomes, deterministically.
 
-use super::test_support::inputs;
+use super::test_support::{by_name, inputs};
 use super::*;
 
 fn outcomes(report: &Report) -> Vec<(&str, &str)> {
@@ -217,4 +217,129 @@ fn per_cluster_judgement_beats_global_thresholds_on_a_heterogeneous_fleet() {
         "{fixed:#?}"
     );
     assert_eq!(flotilla.healthy_undecided, 0, "{flotilla:#?}");
+}
+
+#[test]
+fn a_lockstep_wave_passes_each_barrier_together_and_waits_for_the_slowest() {
+    let report = run(
+        &inputs(include_str!("../../../../examples/simulate/lockstep.yaml")),
+        1,
+    )
+    .unwrap();
+    assert_eq!(report.outcome, "Completed", "{report:#?}");
+    assert!(
+        report.clusters.iter().all(|c| c.outcome == "Promoted"),
+        "{:?}",
+        outcomes(&report)
+    );
+    assert!(!report.waves[0].lockstep && report.waves[0].barriers.is_empty());
+    let wave = &report.waves[1];
+    assert!(wave.lockstep);
+    let steps: Vec<(u32, u32)> = wave.barriers.iter().map(|b| (b.step, b.steps)).collect();
+    assert_eq!(steps, vec![(1, 4), (2, 4), (3, 4), (4, 4)], "{wave:#?}");
+    for pair in wave.barriers.windows(2) {
+        assert!(pair[0].passed_at < pair[1].passed_at, "{wave:#?}");
+    }
+    for barrier in &wave.barriers {
+        assert_eq!(barrier.released.len(), 3, "{barrier:?}");
+        let arrived = barrier.last_arrived_at.expect("every cluster arrived");
+        assert!(!barrier.last_arrived.is_empty(), "{barrier:?}");
+        assert!(arrived <= barrier.passed_at, "{barrier:?}");
+        assert!(barrier.passed_at >= wave.started_at.unwrap());
+    }
+    // The analysis steps: prod-ap-south's analysis starts measuring 2 minutes after the
+    // others', so the others wait for it at the barrier after each, for minutes.
+    for step in [2, 4] {
+        let barrier = &wave.barriers[step - 1];
+        assert_eq!(
+            barrier.last_arrived,
+            vec!["prod-ap-south".to_owned()],
+            "{barrier:?}"
+        );
+    }
+    // prod-eu-west waited at the barrier after step 2 for over a minute.
+    let (after, before) = (wave.barriers[0].passed_at, wave.barriers[1].passed_at);
+    let waited_from = report
+        .decisions
+        .iter()
+        .find(|e| {
+            e.cluster.as_deref() == Some("prod-eu-west")
+                && matches!(
+                    e.decision,
+                    crate::fleet::Decision::Paused {
+                        paused_for: Some(crate::fleet::PausedFor::Barrier),
+                        ..
+                    }
+                )
+                && e.at as f64 / 1000.0 > after
+        })
+        .map(|e| e.at as f64 / 1000.0)
+        .expect("prod-eu-west waited at the barrier of step 2");
+    assert!(before - waited_from >= 60.0, "{waited_from} → {before}");
+    // Every production cluster validated together (at the same tick or the next).
+    let decided: Vec<f64> = report.clusters[1..]
+        .iter()
+        .map(|c| c.decided_at.unwrap())
+        .collect();
+    let spread = decided.iter().cloned().fold(f64::MIN, f64::max)
+        - decided.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(spread <= 10.0, "{decided:?}");
+    // The JSON output carries them.
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["waves"][1]["lockstep"], true);
+    assert_eq!(json["waves"][1]["barriers"][0]["step"], 1);
+    assert!(json["waves"][1]["barriers"][0]["passedAt"].is_number());
+    assert!(json["waves"][1]["barriers"][0]["lastArrivedAt"].is_number());
+}
+
+#[test]
+fn a_regression_in_a_lockstep_wave_aborts_the_whole_wave() {
+    let report = run(
+        &inputs(include_str!(
+            "../../../../examples/simulate/lockstep-regression.yaml"
+        )),
+        1,
+    )
+    .unwrap();
+    assert_eq!(report.outcome, "Halted", "{report:#?}");
+    let by_name = by_name(&report);
+    assert_eq!(by_name["canary-eu-west"].outcome, "Promoted");
+    assert_eq!(by_name["prod-us-east"].outcome, "RolledBack");
+    assert_eq!(
+        by_name["prod-us-east"].failure.as_ref().unwrap().metric,
+        "latency-p95"
+    );
+    for name in ["prod-eu-west", "prod-ap-south"] {
+        let cluster = by_name[name];
+        assert_eq!(cluster.outcome, "RolledBack", "{name}");
+        assert!(cluster.failure.is_none(), "{name} records no failure");
+        assert!(
+            cluster
+                .reason
+                .contains("aborted with its lockstep wave 2: prod-us-east failed"),
+            "{}",
+            cluster.reason
+        );
+        assert_eq!(
+            cluster.image.as_deref(),
+            Some("payment-api:1.8.3"),
+            "{name}"
+        );
+    }
+    // Step 1 passed together; the failure came at step 2, before its barrier.
+    let steps: Vec<u32> = report.waves[1].barriers.iter().map(|b| b.step).collect();
+    assert_eq!(steps, vec![1]);
+    // Only prod-us-east failed; the others were rolled back with it.
+    let failed: Vec<&str> = report
+        .decisions
+        .iter()
+        .filter(|e| matches!(e.decision, crate::fleet::Decision::Failed { .. }))
+        .filter_map(|e| e.cluster.as_deref())
+        .collect();
+    assert_eq!(failed, vec!["prod-us-east"]);
+    assert!(
+        report.message.contains("lockstep wave 2 aborted"),
+        "{}",
+        report.message
+    );
 }

@@ -140,6 +140,11 @@ pub struct WaveSelection {
     /// that no earlier step took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<WaveStep>>,
+    /// Every wave moves in lockstep (default false): its clusters start together and pass each
+    /// of their Rollout's steps together, a barrier before each next step. A step's own
+    /// `lockstep` overrides this for its wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockstep: Option<bool>,
 }
 
 /// One cluster's place in a list-generated wave layout.
@@ -163,9 +168,12 @@ pub struct WaveStep {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
     /// At most this many (or this percent, rounded up) of the step's clusters progress at once
-    /// (default: all).
+    /// (default: all; ignored in a lockstep wave).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_update: Option<IntOrPercent>,
+    /// This wave moves in lockstep (overrides `waves.lockstep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockstep: Option<bool>,
 }
 
 /// A label selector requirement, as Kubernetes and ApplicationSet write it.
@@ -223,6 +231,21 @@ impl FleetRollout {
             }
         }
         waves
+    }
+}
+
+impl FleetRollout {
+    /// Whether wave number `number` (1-based, as [`FleetRollout::waves`] numbers them) moves in
+    /// lockstep: its step's own `lockstep`, else `waves.lockstep`.
+    pub fn lockstep(&self, number: u32) -> bool {
+        let own = self
+            .spec
+            .waves
+            .steps
+            .as_ref()
+            .and_then(|s| s.get((number as usize).wrapping_sub(1)))
+            .and_then(|s| s.lockstep);
+        own.or(self.spec.waves.lockstep).unwrap_or(false)
     }
 }
 
@@ -284,6 +307,22 @@ pub struct FailurePolicy {
     /// What to do with a cluster that cannot be reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreachable: Option<UnreachablePolicy>,
+    /// What a failed cluster does to the rest of its lockstep wave (default `abortWave`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockstep: Option<LockstepFailure>,
+}
+
+/// What a failed cluster does to the rest of its lockstep wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LockstepFailure {
+    /// Every cluster of the wave returns to its stable at once and the fleet halts; only the
+    /// failed cluster records a rejection.
+    #[default]
+    AbortWave,
+    /// The failed cluster is rolled back alone (counted against `maxFailedClusters`) and the
+    /// barrier no longer waits for it.
+    Continue,
 }
 
 /// Which clusters roll back when one fails.

@@ -333,6 +333,8 @@ mod tests {
                 }))
                 .unwrap(),
             ],
+            lockstep: false,
+            barrier: None,
         };
         let view = FleetView {
             name: "payments".into(),

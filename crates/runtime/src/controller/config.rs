@@ -158,6 +158,7 @@ pub const EVENTS: &[&str] = &[
     "rollout-aborted",
     "analysis-failed",
     "wave-completed",
+    "barrier-passed",
     "fleet-completed",
     "fleet-halted",
     "fleet-aborted",

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use flotilla_core::analysis::Millis;
+use flotilla_core::fleet::BarrierStatus;
 use flotilla_core::fleet::{ClusterOverlay, FleetSpecs, FleetState};
 use flotilla_core::spec::analysis::AnalysisTemplate;
 use flotilla_core::spec::fleet::{Fleet, FleetRollout};
@@ -188,6 +189,8 @@ pub enum AuditKind {
     Wave,
     /// A wave's bake began or ended.
     Bake,
+    /// A lockstep wave passed a barrier (the step, the cluster that arrived last and when).
+    Barrier,
     /// A wave-level analysis verdict.
     Analysis,
     /// The fleet: a phase, a supersede, a settle.
@@ -229,6 +232,7 @@ impl AuditKind {
             AuditKind::Pin => "pin",
             AuditKind::Wave => "wave",
             AuditKind::Bake => "bake",
+            AuditKind::Barrier => "barrier",
             AuditKind::Analysis => "analysis",
             AuditKind::Fleet => "fleet",
             AuditKind::Calibrate => "calibrate",
@@ -315,7 +319,7 @@ impl AuditEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notification {
-    /// `rollout-aborted`, `analysis-failed`, `wave-completed`, `fleet-completed`,
+    /// `rollout-aborted`, `analysis-failed`, `wave-completed`, `barrier-passed`, `fleet-completed`,
     /// `fleet-halted`, `fleet-aborted`, `desired-state-invalid`, `cluster-paused`.
     pub event: String,
     /// Stable across restarts, one per (decision, event): the idempotency key a receiver
@@ -383,6 +387,12 @@ pub struct WaveView {
     pub completed_at: Option<Millis>,
     /// Its clusters.
     pub clusters: Vec<ClusterView>,
+    /// Whether its clusters move in lockstep.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lockstep: bool,
+    /// Its lockstep barrier, while the wave is in progress with clusters in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<BarrierStatus>,
 }
 
 /// One cluster of a [`FleetView`].

@@ -99,8 +99,10 @@ impl FleetMachine {
                 },
             );
         }
+        let barrier = self.barrier_for(name);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         cluster.unreachable_since = None;
+        cluster.rollout.barrier = barrier;
         let commands = std::mem::take(&mut cluster.pending);
         let (step_before, deadline_before) = (
             cluster.rollout.step_index,

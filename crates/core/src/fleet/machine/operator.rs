@@ -6,12 +6,18 @@ use crate::fleet::commands::{FleetCommand, command_cluster, describe};
 use crate::fleet::event::Decision;
 use crate::fleet::state::{ClusterStatus, FleetPhase, PausedFor};
 use crate::rollout::Command;
+use crate::spec::rollout::Rollout;
 use crate::time::Millis;
 
 impl FleetMachine {
-    pub(super) fn handle_commands(&mut self, commands: &[FleetCommand]) {
+    pub(super) fn handle_commands(
+        &mut self,
+        commands: &[FleetCommand],
+        next: &Rollout,
+        now: Millis,
+    ) {
         for command in commands {
-            match self.handle_command(command) {
+            match self.handle_command(command, next, now) {
                 Ok(what) => self.events.push(
                     None,
                     command_cluster(command),
@@ -34,7 +40,12 @@ impl FleetMachine {
     }
 
     /// One operator command: what it did, or why it was refused (nothing changed then).
-    fn handle_command(&mut self, command: &FleetCommand) -> Result<String, String> {
+    fn handle_command(
+        &mut self,
+        command: &FleetCommand,
+        next: &Rollout,
+        now: Millis,
+    ) -> Result<String, String> {
         match command {
             FleetCommand::Pause => {
                 if self.state.paused {
@@ -74,6 +85,23 @@ impl FleetMachine {
                     && !self.state.clusters.contains_key(name)
                 {
                     return Err(format!("there is no cluster {name:?} in the fleet"));
+                }
+                // A lockstep wave's barrier is released for the whole wave, never passed by
+                // one cluster alone (`--full` skips every step, barriers included).
+                if let Some(name) = cluster
+                    && !*full
+                    && self.at_barrier(name)
+                {
+                    let wave = self.state.wave + 1;
+                    return Err(format!(
+                        "{name} waits at the lockstep barrier of wave {wave}; `promote --wave {wave}` releases the barrier for the whole wave"
+                    ));
+                }
+                if cluster.is_none()
+                    && !*full
+                    && let Some(what) = self.release_by_operator(index, next, now)
+                {
+                    return Ok(what);
                 }
                 let members: Vec<String> = match cluster {
                     Some(name) => vec![name.clone()],

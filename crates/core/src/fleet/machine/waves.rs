@@ -11,7 +11,7 @@ use crate::fleet::state::{ClusterStatus, FleetPhase, WaveRun};
 use crate::fleet::tick::{ClusterMeasurement, ClusterOutcome, FleetOutput};
 use crate::rollout::Command;
 use crate::spec::analysis::AnalysisPhase;
-use crate::spec::fleet::RollbackScope;
+use crate::spec::fleet::{LockstepFailure, RollbackScope};
 use crate::spec::rollout::Rollout;
 use crate::time::Millis;
 
@@ -250,7 +250,39 @@ impl FleetMachine {
         scope: RollbackScope,
         cause: String,
     ) {
-        self.widen_rollback(Some(name), wave, scope, name);
+        // A lockstep wave aborts together (`failurePolicy.lockstep: abortWave`): every cluster
+        // of the wave returns to its stable at once, only the failed one rejects the revision,
+        // and the fleet halts.
+        if let Some(w) = wave
+            && self.plan.lockstep.get(w).copied().unwrap_or(false)
+            && self.plan.policy.lockstep == LockstepFailure::AbortWave
+        {
+            let scope = if scope == RollbackScope::Fleet {
+                RollbackScope::Fleet
+            } else {
+                RollbackScope::Wave
+            };
+            self.widen_rollback(
+                Some(name),
+                wave,
+                scope,
+                &format!(
+                    "aborted with its lockstep wave {}: {name} failed (failurePolicy.lockstep abortWave)",
+                    w + 1
+                ),
+            );
+            self.halt(format!(
+                "Halted: {cause}; lockstep wave {} aborted with it",
+                w + 1
+            ));
+            return;
+        }
+        self.widen_rollback(
+            Some(name),
+            wave,
+            scope,
+            &format!("rolled back with {name} (rollbackScope {scope:?})"),
+        );
         // Within the wave's failure budget, the wave goes on.
         let revision = self.state.revision.clone();
         let failed_in_wave = wave.map_or(0, |w| {
@@ -271,14 +303,14 @@ impl FleetMachine {
     }
 
     /// Widened scopes (`wave`, `fleet`) roll the clusters running the new revision back fast
-    /// (no steps) to their previous stable; `failed` rolls back nothing more. `because` names
-    /// what failed (a cluster, or a wave's analysis).
+    /// (no steps) to their previous stable; `failed` rolls back nothing more. `reason` is what
+    /// each of them says (what failed, and the policy).
     fn widen_rollback(
         &mut self,
         failed: Option<&str>,
         wave: Option<usize>,
         scope: RollbackScope,
-        because: &str,
+        reason: &str,
     ) {
         let widen: Vec<String> = match scope {
             RollbackScope::Failed => Vec::new(),
@@ -296,7 +328,8 @@ impl FleetMachine {
                 )
             {
                 cluster.status = ClusterStatus::RolledBack;
-                cluster.reason = format!("rolled back with {because} (rollbackScope {scope:?})");
+                cluster.reason = reason.to_owned();
+                cluster.paused_for = None;
                 cluster.on_new_spec = false;
                 cluster.pending.push(Command::Promote { full: true });
                 self.events.push(
@@ -434,7 +467,7 @@ impl FleetMachine {
                     None,
                     Some(wave),
                     scope,
-                    &format!("wave {number}'s analysis"),
+                    &format!("rolled back with wave {number}'s analysis (rollbackScope {scope:?})"),
                 );
                 self.halt(format!("Halted: {cause}"));
                 false

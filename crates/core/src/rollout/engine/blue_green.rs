@@ -122,6 +122,16 @@ pub(super) fn reconcile_blue_green(
             return;
         }
         state.waiting_since = None;
+        // In a lockstep wave the switch waits for the rest of the wave.
+        if !state.pass_barrier(1, ctx.now) {
+            if state.at_barrier_since() == Some(ctx.now) {
+                ctx.event(
+                    "LockstepBarrier",
+                    "ready to switch; waiting for the lockstep wave".to_owned(),
+                );
+            }
+            return;
+        }
         state.switched = true;
         state.active = Some(current);
         ctx.actions.push(Action::SwitchActive { revision: current });

@@ -94,7 +94,8 @@ pub(super) fn reconcile_canary(
     let steps = canary.steps.as_slice();
     // The weight the completed steps allow (after a retry the canary starts again from it).
     if routed && !state.promote_full && (state.step_index.unwrap_or(0) as usize) < steps.len() {
-        let index = state.step_index.unwrap_or(0) as usize;
+        // A step held at a lockstep barrier is complete: its weight stands.
+        let index = (state.lockstep_progress() as usize).min(steps.len());
         let base = steps[..index]
             .iter()
             .rev()
@@ -113,6 +114,24 @@ pub(super) fn reconcile_canary(
         terminate_runs(ctx, state);
     }
     state.evidence_hold = None;
+    // Held at a lockstep barrier after a completed step: once the fleet raises the barrier it
+    // enters the next step (the completed one is not judged again: a pause completed by a
+    // promote stays completed).
+    if state.has_pause(PauseReason::LockstepBarrier) {
+        let index = state.step_index.unwrap_or(0);
+        if state.pass_barrier(index + 1, ctx.now) {
+            state.step_index = Some(index + 1);
+            state.step_started_at = Some(ctx.now);
+            ctx.event(
+                "StepCompleted",
+                format!(
+                    "step {} of {} completed; the lockstep wave passed its barrier",
+                    index + 1,
+                    steps_len
+                ),
+            );
+        }
+    }
     // Walk the steps while each is complete; stop at the first that must wait.
     for _ in 0..=steps.len() + 1 {
         let index = state.step_index.unwrap_or(0);
@@ -286,6 +305,20 @@ pub(super) fn reconcile_canary(
         state
             .pause_conditions
             .retain(|p| p.reason != PauseReason::CanaryPauseStep);
+        // Complete; in a lockstep wave the next step waits for the rest of the wave.
+        if !state.pass_barrier(index + 1, ctx.now) {
+            if state.at_barrier_since() == Some(ctx.now) {
+                ctx.event(
+                    "LockstepBarrier",
+                    format!(
+                        "step {} of {} completed; waiting for the lockstep wave",
+                        index + 1,
+                        steps_len
+                    ),
+                );
+            }
+            return;
+        }
         state.step_index = Some(index + 1);
         state.step_started_at = Some(ctx.now);
         ctx.event(

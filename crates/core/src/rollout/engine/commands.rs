@@ -41,7 +41,11 @@ pub(super) fn handle_commands(ctx: &mut Ctx<'_>, state: &mut RolloutState, comma
                                 || s.experiment.is_some()
                                 || s.plugin.is_some()
                         });
-                        if (was_paused || gate) && (index as usize) < steps.len() {
+                        // The step is complete; a lockstep barrier still holds the next.
+                        if (was_paused || gate)
+                            && (index as usize) < steps.len()
+                            && state.pass_barrier(index + 1, ctx.now)
+                        {
                             state.step_index = Some(index + 1);
                             state.step_started_at = Some(ctx.now);
                         }

@@ -115,5 +115,6 @@ pub(super) fn pause_reason_name(reason: PauseReason) -> &'static str {
         PauseReason::CanaryPauseStep => "CanaryPauseStep",
         PauseReason::BlueGreenPause => "BlueGreenPause",
         PauseReason::InconclusiveAnalysisRun => "InconclusiveAnalysisRun",
+        PauseReason::LockstepBarrier => "LockstepBarrier",
     }
 }

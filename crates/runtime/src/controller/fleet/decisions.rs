@@ -68,6 +68,7 @@ pub(crate) fn audit_kind(decision: &Decision) -> AuditKind {
         Decision::Pinned => AuditKind::Pin,
         Decision::WaveStarted { .. } | Decision::WaveCompleted { .. } => AuditKind::Wave,
         Decision::BakeStarted { .. } | Decision::BakeEnded { .. } => AuditKind::Bake,
+        Decision::BarrierPassed { .. } => AuditKind::Barrier,
         Decision::WaveAnalysis { .. } => AuditKind::Analysis,
         Decision::Superseded { .. } | Decision::Settled | Decision::Phase { .. } => {
             AuditKind::Fleet
@@ -131,6 +132,9 @@ pub(super) fn notifications_of(
         Decision::RolledBack => rolled_back(None, false),
         Decision::WaveCompleted { .. } => {
             vec![notification("wave-completed", event.message.clone(), None)]
+        }
+        Decision::BarrierPassed { .. } => {
+            vec![notification("barrier-passed", event.message.clone(), None)]
         }
         Decision::Phase {
             phase,

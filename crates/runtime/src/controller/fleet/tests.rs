@@ -443,4 +443,100 @@ spec:
             "nothing was written"
         );
     }
+
+    /// A lockstep wave through the daemon: a cluster that lags holds the other at the
+    /// barrier (its view says who waits for whom), then both pass it together; the barrier is
+    /// an audit entry of its own kind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lockstep_wave_waits_at_its_barrier_for_the_cluster_that_lags() {
+        let manifests = MANIFESTS
+            .replace(
+                "    - {name: east, endpoint: {agent: \"http://127.0.0.1:9\"}}\n",
+                "    - {name: east, endpoint: {agent: \"http://127.0.0.1:9\"}}\n    - {name: west, endpoint: {agent: \"http://127.0.0.1:9\"}}\n",
+            )
+            .replace(
+                "      - {cluster: east, wave: 1}\n",
+                "      - {cluster: east, wave: 1}\n      - {cluster: west, wave: 1}\n    lockstep: true\n",
+            );
+        assert!(manifests.contains("lockstep: true") && manifests.contains("name: west"));
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", manifests.as_bytes());
+        let desired =
+            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+                .desired
+                .remove(0);
+        let east = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let west = Arc::new(FakeBackend::new("1.0", 2, Duration::from_millis(2500)));
+        let (e, w) = (east.clone(), west.clone());
+        let wiring = super::super::Wiring {
+            providers: flotilla_providers::Providers::new().unwrap(),
+            tick: Duration::from_millis(100),
+            correct_drift: false,
+            backends: Backends::with(move |cluster| {
+                Ok(if cluster.name == "east" {
+                    e.clone() as Arc<dyn ClusterBackend>
+                } else {
+                    w.clone() as Arc<dyn ClusterBackend>
+                })
+            }),
+        };
+        let mut controller = super::super::FleetController::new(&desired, None, &wiring).unwrap();
+        run(&mut controller, &[], Duration::from_secs(10), |c| {
+            c.record.adopting.is_empty()
+                && c.machine
+                    .state()
+                    .clusters
+                    .values()
+                    .all(|s| s.rollout.current == Some(1))
+        })
+        .await;
+        // east completes step 1 at once and waits for west, which applies weights late.
+        let audit = run(
+            &mut controller,
+            &[set_image("app:2.0")],
+            Duration::from_secs(20),
+            |c| {
+                c.view().waves[0]
+                    .barrier
+                    .as_ref()
+                    .is_some_and(|b| b.waiting == ["east"])
+            },
+        )
+        .await;
+        let view = controller.view();
+        assert!(view.waves[0].lockstep);
+        let barrier = view.waves[0].barrier.clone().unwrap();
+        assert_eq!((barrier.step, barrier.steps, barrier.passed), (1, 2, 0));
+        assert_eq!(barrier.not_there, vec!["west".to_owned()]);
+        let east_view = &view.waves[0].clusters[0];
+        assert_eq!(east_view.status, "Paused");
+        assert_eq!(
+            east_view.reason,
+            "waiting for lockstep barrier at step 1: clusters west not there yet"
+        );
+        assert!(
+            !audit.iter().any(|e| e.kind == AuditKind::Barrier),
+            "not passed while west lags: {audit:#?}"
+        );
+        // west gets there: the barrier is passed, west named as the last to arrive.
+        let audit = run(&mut controller, &[], Duration::from_secs(20), |c| {
+            c.machine
+                .state()
+                .clusters
+                .values()
+                .all(|s| s.rollout.step_index >= Some(1))
+        })
+        .await;
+        let passed = audit
+            .iter()
+            .find(|e| e.kind == AuditKind::Barrier)
+            .expect("a barrier entry");
+        assert!(
+            passed.message.contains("passed its barrier at step 1/2")
+                && passed.message.contains("west arrived last"),
+            "{}",
+            passed.message
+        );
+        let json = serde_json::to_value(controller.view()).unwrap();
+        assert_eq!(json["waves"][0]["lockstep"], true);
+    }
 }

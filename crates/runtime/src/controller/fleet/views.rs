@@ -48,6 +48,8 @@ impl FleetController {
                     started_at: state.wave_started_at.get(i).copied().flatten(),
                     completed_at: state.wave_completed_at.get(i).copied().flatten(),
                     clusters: members.iter().map(|m| self.cluster_view(m)).collect(),
+                    lockstep: plan.lockstep.get(i).copied().unwrap_or(false),
+                    barrier: self.machine.barrier_status(i, &self.record.specs.next),
                 })
                 .collect(),
             errors: self.invalid.clone(),

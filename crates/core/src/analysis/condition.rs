@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use expr::{Context, Environment, Program, Value};
+use expr::{Context, ContextProvider, Environment, Program, Value};
 
 /// Longest condition accepted, in bytes.
 pub const MAX_CONDITION_BYTES: usize = 4096;
@@ -154,8 +154,17 @@ impl MetricResult {
             MetricResult::Nil => String::new(),
             MetricResult::Scalar(v) => format_float(*v),
             MetricResult::Vector(values) => {
-                let items: Vec<String> = values.iter().map(|v| format_float(*v)).collect();
-                format!("[{}]", items.join(","))
+                // One buffer: this runs once per measurement.
+                let mut text = String::with_capacity(2 + values.len() * 8);
+                text.push('[');
+                for (i, v) in values.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    push_float(&mut text, *v);
+                }
+                text.push(']');
+                text
             }
             MetricResult::Json(value) => match value {
                 serde_json::Value::String(s) => s.clone(),
@@ -178,17 +187,20 @@ impl MetricResult {
 
 /// Formats a float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` does (shortest exact form).
 pub fn format_float(v: f64) -> String {
+    let mut text = String::new();
+    push_float(&mut text, v);
+    text
+}
+
+/// [`format_float`] onto `text`.
+fn push_float(text: &mut String, v: f64) {
+    use std::fmt::Write;
     if v.is_nan() {
-        "NaN".into()
+        text.push_str("NaN");
     } else if v.is_infinite() {
-        if v > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        }
+        text.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
     } else {
-        let text = format!("{v}");
-        text
+        let _ = write!(text, "{v}");
     }
 }
 
@@ -220,6 +232,30 @@ pub struct ConditionError(pub String);
 pub struct Condition {
     source: String,
     program: Program,
+}
+
+/// The two variables a condition reads, `result` and `baseline`: looked up by name without
+/// a map (a condition is evaluated once per measurement).
+struct Variables {
+    result: Value,
+    baseline: Value,
+}
+
+impl ContextProvider for Variables {
+    fn get(&self, key: &str) -> Option<&Value> {
+        match key {
+            "result" => Some(&self.result),
+            "baseline" => Some(&self.baseline),
+            _ => None,
+        }
+    }
+
+    fn to_context(&self) -> Context {
+        let mut context = Context::default();
+        context.insert("result", self.result.clone());
+        context.insert("baseline", self.baseline.clone());
+        context
+    }
 }
 
 fn environment() -> &'static Environment<'static> {
@@ -448,25 +484,21 @@ impl Condition {
         result: &MetricResult,
         baseline: Option<&std::collections::BTreeMap<String, f64>>,
     ) -> Result<bool, ConditionError> {
-        thread_local! {
-            // One context per thread, reused: building a fresh one costs more than the evaluation.
-            static CONTEXT: std::cell::RefCell<Context> = std::cell::RefCell::new(Context::default());
-        }
-        let value = CONTEXT.with(|context| {
-            let mut context = context.borrow_mut();
-            context.insert("result", result.to_expr());
-            match baseline {
-                Some(map) => {
-                    let object: serde_json::Map<String, serde_json::Value> = map
-                        .iter()
-                        .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-                        .collect();
-                    context.insert("baseline", json_to_expr(&serde_json::Value::Object(object)));
-                }
-                None => context.insert("baseline", Value::Nil),
+        let baseline = match baseline {
+            Some(map) => {
+                let object: serde_json::Map<String, serde_json::Value> = map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                    .collect();
+                json_to_expr(&serde_json::Value::Object(object))
             }
-            with_big_stack(|| environment().run(&self.program, &*context))
-        });
+            None => Value::Nil,
+        };
+        let variables = Variables {
+            result: result.to_expr(),
+            baseline,
+        };
+        let value = with_big_stack(|| environment().run(&self.program, &variables));
         let value = value.map_err(|e| {
             let detail = e.to_string();
             if matches!(result, MetricResult::Nil)

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use flotilla_core::manifest::load_bytes;
-use flotilla_core::simulate::{Inputs, run_observed};
+use flotilla_core::simulate::{Inputs, run_observed, run_with};
 
 /// A size from the environment, or its default.
 fn size(name: &str, default: usize) -> usize {
@@ -103,6 +103,9 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// One tick of the solo run: ms, actions, decisions, and the decisions' kinds.
+type SoloTick = (f64, usize, usize, String);
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         // `cargo test --benches` and `cargo bench -- --list` probe bench binaries: nothing to list.
@@ -130,25 +133,45 @@ fn main() {
         "loaded {services} scenarios of {clusters} clusters in {loaded:?}; peak RSS so far {:.0} MiB",
         peak_rss_mib()
     );
-    // One fleet alone, for the cost of a tick without contention.
-    let mut solo = Vec::new();
+    // One fleet alone, for the cost of a tick without contention; each tick with what it
+    // decided, so that the slow ones can be told apart.
+    let mut solo: Vec<SoloTick> = Vec::new();
     let mut last = Instant::now();
-    let report = run_observed(&inputs[0], 1, |_| {
+    let report = run_with(&inputs[0], 1, |view| {
         let now = Instant::now();
-        solo.push(now.duration_since(last).as_secs_f64() * 1000.0);
+        let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+        for event in view.decisions {
+            *kinds.entry(event.decision.name()).or_default() += 1;
+        }
+        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k}×{n}")).collect();
+        solo.push((
+            now.duration_since(last).as_secs_f64() * 1000.0,
+            view.actions.len(),
+            view.decisions.len(),
+            kinds.join(" "),
+        ));
         last = now;
     })
     .unwrap();
-    solo.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let solo_pct = |p: f64| solo[((solo.len() - 1) as f64 * p) as usize];
+    let mut durations: Vec<f64> = solo.iter().map(|t| t.0).collect();
+    durations.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let solo_pct = |p: f64| durations[((durations.len() - 1) as f64 * p) as usize];
     println!(
-        "one {clusters}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        "one {clusters}-cluster fleet alone: {} in {} ticks; tick (decide + synthetic traffic) p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         report.outcome,
-        solo.len(),
+        durations.len(),
         solo_pct(0.5),
         solo_pct(0.9),
+        solo_pct(0.99),
         solo_pct(1.0)
     );
+    let mut slowest: Vec<(usize, &SoloTick)> = solo.iter().enumerate().collect();
+    slowest.sort_by(|a, b| b.1.0.partial_cmp(&a.1.0).unwrap());
+    for (tick, (ms, actions, decisions, kinds)) in slowest.iter().take(6) {
+        println!(
+            "  slow tick {tick}: {ms:.1} ms, {actions} actions, {decisions} decisions ({kinds})"
+        );
+    }
     // All services at once, one thread each (so every fleet's state is alive together).
     let run_started = Instant::now();
     let results: Vec<(String, Vec<f64>)> = std::thread::scope(|scope| {

@@ -23,6 +23,10 @@ pub const MAX_CONDITION_OPERATORS: usize = 200;
 /// Stack the evaluation runs on when the caller's remaining stack is smaller than the red zone.
 const EVAL_STACK_BYTES: usize = 8 * 1024 * 1024;
 const EVAL_RED_ZONE_BYTES: usize = 6 * 1024 * 1024;
+/// The red zone of a condition: this much, and this much per bracket level and operator (the
+/// largest shapes reach [`EVAL_RED_ZONE_BYTES`]).
+const RED_ZONE_BASE_BYTES: usize = 128 * 1024;
+const RED_ZONE_PER_UNIT_BYTES: usize = 32 * 1024;
 
 /// The variables a condition may read.
 const VARIABLES: &[&str] = &["result", "baseline"];
@@ -232,6 +236,8 @@ pub struct ConditionError(pub String);
 pub struct Condition {
     source: String,
     program: Program,
+    /// The stack its evaluation may need ([`red_zone`]).
+    red_zone: usize,
 }
 
 /// The two variables a condition reads, `result` and `baseline`: looked up by name without
@@ -309,11 +315,17 @@ fn environment() -> &'static Environment<'static> {
 
 /// Runs `f` on a stack with room for the deepest expression the caps allow.
 fn with_big_stack<T>(f: impl FnOnce() -> T) -> T {
-    stacker::maybe_grow(EVAL_RED_ZONE_BYTES, EVAL_STACK_BYTES, f)
+    with_stack(EVAL_RED_ZONE_BYTES, f)
+}
+
+/// Runs `f` on the caller's stack when `red_zone` bytes of it remain, else on a fresh one.
+fn with_stack<T>(red_zone: usize, f: impl FnOnce() -> T) -> T {
+    stacker::maybe_grow(red_zone, EVAL_STACK_BYTES, f)
 }
 
 /// Checks the caps and that every identifier is a known variable or function.
-fn check_shape(source: &str) -> Result<(), ConditionError> {
+/// Returns the condition's size: its deepest bracket nesting plus its operators.
+fn check_shape(source: &str) -> Result<usize, ConditionError> {
     if source.len() > MAX_CONDITION_BYTES {
         return Err(ConditionError(format!(
             "condition is {} bytes; at most {MAX_CONDITION_BYTES} are accepted",
@@ -325,6 +337,7 @@ fn check_shape(source: &str) -> Result<(), ConditionError> {
     }
     let bytes = source.as_bytes();
     let mut depth = 0usize;
+    let mut deepest = 0usize;
     let mut operators = 0usize;
     let mut let_bound: Vec<String> = Vec::new();
     let mut i = 0;
@@ -348,6 +361,7 @@ fn check_shape(source: &str) -> Result<(), ConditionError> {
             }
             b'(' | b'[' | b'{' => {
                 depth += 1;
+                deepest = deepest.max(depth);
                 if depth > MAX_CONDITION_DEPTH {
                     return Err(ConditionError(format!(
                         "condition nests brackets deeper than {MAX_CONDITION_DEPTH} levels"
@@ -446,18 +460,26 @@ fn check_shape(source: &str) -> Result<(), ConditionError> {
             "condition has {operators} operators; at most {MAX_CONDITION_OPERATORS} are accepted"
         )));
     }
-    Ok(())
+    Ok(deepest + operators)
+}
+
+/// The stack an evaluation of a condition of this size may need: the caps' largest shapes
+/// need the whole red zone; a usual condition (a few operators) a fraction of it, so it runs
+/// on the caller's stack instead of a fresh 8 MiB one per measurement.
+fn red_zone(size: usize) -> usize {
+    (RED_ZONE_BASE_BYTES + RED_ZONE_PER_UNIT_BYTES * size).min(EVAL_RED_ZONE_BYTES)
 }
 
 impl Condition {
     /// Compiles a condition, rejecting oversized expressions, unknown names and syntax errors.
     pub fn compile(source: &str) -> Result<Condition, ConditionError> {
-        check_shape(source)?;
+        let size = check_shape(source)?;
         let program = with_big_stack(|| expr::compile(source))
             .map_err(|e| ConditionError(format!("invalid condition {source:?}: {e}")))?;
         Ok(Condition {
             source: source.to_owned(),
             program,
+            red_zone: red_zone(size),
         })
     }
 
@@ -498,7 +520,9 @@ impl Condition {
             result: result.to_expr(),
             baseline,
         };
-        let value = with_big_stack(|| environment().run(&self.program, &variables));
+        let value = with_stack(self.red_zone, || {
+            environment().run(&self.program, &variables)
+        });
         let value = value.map_err(|e| {
             let detail = e.to_string();
             if matches!(result, MetricResult::Nil)
@@ -640,6 +664,34 @@ mod tests {
         assert_eq!(eval(&deep, MetricResult::Scalar(2.0)), Ok(true));
         let sums = format!("{} > 1", vec!["result"; 199].join(" + "));
         assert_eq!(eval(&sums, MetricResult::Scalar(1.0)), Ok(true));
+    }
+
+    /// A condition smaller than the caps runs on the caller's stack when its red zone remains:
+    /// shapes of every size evaluate on a thread whose whole stack is just that red zone (this
+    /// test build is unoptimised, whose frames are the largest), without overflowing.
+    #[test]
+    fn a_condition_runs_on_the_callers_stack_within_its_red_zone() {
+        let mut shapes = vec!["result >= 0.99 && result < 3".to_owned()];
+        for n in [4, 16, 48, 96] {
+            shapes.push(vec!["result > 1"; n].join(" || "));
+            shapes.push(format!("{} > 1", vec!["result"; n].join(" + ")));
+            shapes.push(format!(
+                "{}result > 1{}",
+                "(".repeat(n.min(60)),
+                ")".repeat(n.min(60))
+            ));
+        }
+        for shape in shapes {
+            let condition = Condition::compile(&shape).unwrap();
+            let stack = condition.red_zone + 64 * 1024;
+            let result = std::thread::Builder::new()
+                .stack_size(stack)
+                .spawn(move || condition.evaluate(&MetricResult::Scalar(2.0)))
+                .unwrap()
+                .join()
+                .expect("evaluated without overflowing");
+            assert!(result.is_ok(), "{shape}: {result:?}");
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! - an unknown variable is reported only when its branch runs (`result > 0.5 || foo > 1` is
 //!   silently true): we scan identifiers at compile time, so lint catches the typo;
 //! - long operator chains and deep brackets overflow the stack and abort the process: we cap the
-//!   expression's length, depth and operator count, and evaluate on a stack at least 8 MiB deep.
+//!   expression's length, depth and operator count, and evaluate with a red zone sized by the
+//!   condition's depth and operators: the largest shapes on a stack at least 8 MiB deep, a usual
+//!   condition on the caller's own stack (no stack mapped per measurement).
 
 use std::sync::OnceLock;
 

@@ -2030,3 +2030,30 @@ fn commands_are_accepted_or_refused_with_why() {
     unique.dedup();
     assert_eq!(ids, unique);
 }
+
+/// The first reconcile of a fleet puts nothing on any canary: it decides no weight (at 10,000
+/// clusters that was 10,000 audit entries saying "canary weight 0"); a canary's weights are.
+#[test]
+fn a_first_reconcile_decides_no_weight() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    assert!(
+        !sim.events
+            .iter()
+            .any(|e| matches!(e.decision, Decision::WeightSet { .. })),
+        "{:#?}",
+        sim.events
+    );
+    let mut weights = Vec::new();
+    while sim.now < 600_000 {
+        sim.now += 5_000;
+        sim.step(&[]);
+        weights.extend(sim.events.iter().filter_map(|e| match e.decision {
+            Decision::StepReached { weight, .. } | Decision::WeightSet { weight } => Some(weight),
+            _ => None,
+        }));
+    }
+    assert!(
+        weights.contains(&20),
+        "the canary's weights are decided: {weights:?}"
+    );
+}

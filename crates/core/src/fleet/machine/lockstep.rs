@@ -131,7 +131,12 @@ impl FleetMachine {
         if self.lockstep_wave() != Some(wave) {
             return None;
         }
-        let standing = self.standing(wave);
+        self.status_of(wave, self.standing(wave), next)
+    }
+
+    /// The barrier's status from where the wave's clusters stand: None with no cluster in flight,
+    /// or every barrier passed (the wave is promoting).
+    fn status_of(&self, wave: usize, standing: Standing, next: &Rollout) -> Option<BarrierStatus> {
         if standing.in_flight.is_empty() {
             return None;
         }
@@ -166,19 +171,20 @@ impl FleetMachine {
             self.state.barrier = None;
             return;
         };
-        if self.standing(wave).in_flight.is_empty() {
+        let standing = self.standing(wave);
+        if standing.in_flight.is_empty() {
             self.state.barrier = None;
             return;
         }
         // None: every barrier passed, the wave is promoting.
-        let Some(status) = self.barrier_status(wave, next) else {
+        let Some(status) = self.status_of(wave, standing, next) else {
             return;
         };
         if matches!(self.state.phase, FleetPhase::Halted | FleetPhase::Aborted) {
             return;
         }
         if status.not_there.is_empty() {
-            self.release(wave, &status, next, now, false);
+            self.release(wave, &status, now, false);
             return;
         }
         let reason = format!(
@@ -215,14 +221,7 @@ impl FleetMachine {
 
     /// Releases wave `wave`'s barrier: its waiting clusters enter the next step on their next
     /// reconcile. `early`: an operator released it before every cluster arrived.
-    fn release(
-        &mut self,
-        wave: usize,
-        status: &BarrierStatus,
-        next: &Rollout,
-        now: Millis,
-        early: bool,
-    ) {
+    fn release(&mut self, wave: usize, status: &BarrierStatus, now: Millis, early: bool) {
         let revision = self.state.revision.clone();
         let released = status.passed + 1;
         self.state.barrier = Some(Barrier {
@@ -250,7 +249,7 @@ impl FleetMachine {
             .filter(|(at, _)| Some(*at) == last_arrived_at)
             .map(|(_, name)| (*name).clone())
             .collect();
-        let steps = barrier_steps(next);
+        let steps = status.steps;
         let mut message = format!(
             "{}: lockstep wave {} passed its barrier at step {}/{steps} ({})",
             self.plan.name,
@@ -311,7 +310,7 @@ impl FleetMachine {
         if status.waiting.is_empty() {
             return None;
         }
-        self.release(wave, &status, next, now, !status.not_there.is_empty());
+        self.release(wave, &status, now, !status.not_there.is_empty());
         let mut what = format!(
             "promote wave {}: lockstep barrier at step {}/{} released ({} advance)",
             wave + 1,

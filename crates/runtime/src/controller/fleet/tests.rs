@@ -170,21 +170,34 @@ spec:
         - setWeight: 60
 "#;
 
-    /// A controller of one cluster behind `fake`, ticking every 100 ms.
-    fn controller(fake: &Arc<FakeBackend>) -> super::super::FleetController {
-        let load = flotilla_core::manifest::load_bytes("fleet.yaml", MANIFESTS.as_bytes());
-        let desired =
-            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
-                .desired
-                .remove(0);
-        let backend = fake.clone();
-        let wiring = super::super::Wiring {
+    /// The desired state of the one fleet in `text`.
+    fn desired_of(text: &str) -> super::super::Desired {
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
+        crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
+            .desired
+            .remove(0)
+    }
+
+    /// The wiring of a controller ticking every 100 ms, its clusters reached through `backends`.
+    fn wiring_with(backends: Backends) -> super::super::Wiring {
+        super::super::Wiring {
             providers: flotilla_providers::Providers::new().unwrap(),
             tick: Duration::from_millis(100),
             correct_drift: false,
-            backends: Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>)),
-        };
-        super::super::FleetController::new(&desired, None, &wiring).unwrap()
+            backends,
+        }
+    }
+
+    /// Every cluster behind `fake`.
+    fn behind(fake: &Arc<FakeBackend>) -> Backends {
+        let backend = fake.clone();
+        Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>))
+    }
+
+    /// A controller of one cluster behind `fake`, ticking every 100 ms.
+    fn controller(fake: &Arc<FakeBackend>) -> super::super::FleetController {
+        super::super::FleetController::new(&desired_of(MANIFESTS), None, &wiring_with(behind(fake)))
+            .unwrap()
     }
 
     fn now() -> flotilla_core::analysis::Millis {
@@ -419,19 +432,11 @@ spec:
             "      trafficRouting: {plugins: {flotilla/agent: {}}}",
             "      trafficRouting: {plugins: {flotilla/agent: {}}, managedRoutes: [{name: shadow}]}",
         );
-        let load = flotilla_core::manifest::load_bytes("fleet.yaml", text.as_bytes());
-        let desired =
-            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
-                .desired
-                .remove(0);
-        let backend = fake.clone();
-        let wiring = super::super::Wiring {
-            providers: flotilla_providers::Providers::new().unwrap(),
-            tick: Duration::from_millis(100),
-            correct_drift: false,
-            backends: Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>)),
-        };
-        let Err(error) = super::super::FleetController::new(&desired, None, &wiring) else {
+        let Err(error) = super::super::FleetController::new(
+            &desired_of(&text),
+            None,
+            &wiring_with(behind(&fake)),
+        ) else {
             panic!("a Rollout the backend cannot run was accepted");
         };
         assert_eq!(
@@ -459,27 +464,18 @@ spec:
                 "      - {cluster: east, wave: 1}\n      - {cluster: west, wave: 1}\n    lockstep: true\n",
             );
         assert!(manifests.contains("lockstep: true") && manifests.contains("name: west"));
-        let load = flotilla_core::manifest::load_bytes("fleet.yaml", manifests.as_bytes());
-        let desired =
-            crate::controller::source::desired_from(&load.manifests, load.diagnostics, &[], "test")
-                .desired
-                .remove(0);
         let east = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
         let west = Arc::new(FakeBackend::new("1.0", 2, Duration::from_millis(2500)));
         let (e, w) = (east.clone(), west.clone());
-        let wiring = super::super::Wiring {
-            providers: flotilla_providers::Providers::new().unwrap(),
-            tick: Duration::from_millis(100),
-            correct_drift: false,
-            backends: Backends::with(move |cluster| {
-                Ok(if cluster.name == "east" {
-                    e.clone() as Arc<dyn ClusterBackend>
-                } else {
-                    w.clone() as Arc<dyn ClusterBackend>
-                })
-            }),
-        };
-        let mut controller = super::super::FleetController::new(&desired, None, &wiring).unwrap();
+        let wiring = wiring_with(Backends::with(move |cluster| {
+            Ok(if cluster.name == "east" {
+                e.clone() as Arc<dyn ClusterBackend>
+            } else {
+                w.clone() as Arc<dyn ClusterBackend>
+            })
+        }));
+        let mut controller =
+            super::super::FleetController::new(&desired_of(&manifests), None, &wiring).unwrap();
         run(&mut controller, &[], Duration::from_secs(10), |c| {
             c.record.adopting.is_empty()
                 && c.machine

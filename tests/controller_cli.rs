@@ -3,13 +3,14 @@
 //! process workloads) under load: `kill -9` mid-wave, an abort accepted just before a crash,
 //! authentication, a webhook receiver, and bad configurations. Nothing is mocked.
 //!
-//! The tests that start fleets hold one lock so that they never share the machine's two cores
-//! (their latency objectives are real).
+//! The tests that start fleets take one of two slots, so that at most two fleets share the
+//! machine's two cores at once (their latency objectives are real; each fleet is light: four
+//! agents under 40 requests/s each, one daemon, the demo's process workloads).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_agent::loadgen::{self, Target};
@@ -17,10 +18,31 @@ use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
 use flotilla_runtime::demo::{self, NEW, SITES, Scenario};
 
-static MACHINE: Mutex<()> = Mutex::new(());
+/// How many fleets run at once.
+const FLEETS_AT_ONCE: usize = 2;
+/// The fleets running, and a wakeup when one ends.
+static MACHINE: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    MACHINE.lock().unwrap_or_else(|e| e.into_inner())
+/// One of the [`FLEETS_AT_ONCE`] slots, given back when dropped.
+struct Slot;
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (running, ended) = &MACHINE;
+        *running.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        ended.notify_one();
+    }
+}
+
+/// Waits for a slot (a test that panicked gives its slot back as it unwinds).
+fn fleet_slot() -> Slot {
+    let (running, ended) = &MACHINE;
+    let mut n = running.lock().unwrap_or_else(|e| e.into_inner());
+    while *n >= FLEETS_AT_ONCE {
+        n = ended.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
+    *n += 1;
+    Slot
 }
 
 fn flotilla() -> Command {
@@ -407,7 +429,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// load goes unanswered.
 #[test]
 fn every_demo_scenario_reaches_its_expected_outcome() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     // regional-regression runs through every wave in
     // a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart (judged with
     // the same `demo::judge`); global-regression runs here from a Git repository (`--gitops`).
@@ -508,7 +530,7 @@ fn every_demo_scenario_reaches_its_expected_outcome() {
 /// runs again.
 #[test]
 fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let mut lab = Lab::new(Scenario::Healthy, 2.0, "");
@@ -579,7 +601,7 @@ fn a_killed_daemon_resumes_where_it_was_and_traffic_never_notices() {
 /// webhook receiver gets the notifications; mutating calls without the token are refused.
 #[test]
 fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let received = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
@@ -789,7 +811,7 @@ fn an_accepted_abort_survives_a_crash_and_calls_need_the_token() {
 /// the failing metric and its value (Slack-compatible body included).
 #[test]
 fn the_webhook_names_the_failing_metric() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let received = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
@@ -986,7 +1008,7 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
 /// it is never counted validated.
 #[test]
 fn a_frozen_cluster_never_stalls_the_others() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let lab = Lab::new(Scenario::Healthy, 2.0, "");
@@ -1028,7 +1050,7 @@ fn a_frozen_cluster_never_stalls_the_others() {
 /// Prometheus is back, `retry` completes the cluster, and the fleet completes on the release.
 #[test]
 fn a_long_metrics_outage_is_no_verdict_changes_nothing_in_git_and_retry_completes() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let mut lab = Lab::prepare(
@@ -1140,7 +1162,7 @@ fn a_long_metrics_outage_is_no_verdict_changes_nothing_in_git_and_retry_complete
 /// 1.9.2 landing while 1.9.1 is in wave 2 supersedes it, and 1.9.2 goes through every wave.
 #[test]
 fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let lab = Lab::new(
@@ -1303,7 +1325,7 @@ fn git_is_the_intent_and_a_failed_release_is_reverted_by_a_commit() {
 /// nothing new.
 #[test]
 fn a_regional_regression_pins_only_that_cluster_through_an_outage_and_a_restart() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let mut lab = Lab::new(
@@ -1554,7 +1576,7 @@ fn assert_nothing_deployed_without_evidence(
 /// version in a canary subset, and no request fails. `FLOTILLA_CHAOS_SEED` picks another seed.
 #[test]
 fn kills_at_random_moments_change_no_outcome_and_deploy_nothing_without_evidence() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let seed: u64 = std::env::var("FLOTILLA_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -1631,7 +1653,7 @@ fn kills_at_random_moments_change_no_outcome_and_deploy_nothing_without_evidence
 /// its last valid state, with the error shown.
 #[test]
 fn first_start_adopts_a_restarted_agent_is_repaired_and_a_bad_edit_keeps_the_fleet_running() {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let rt = runtime();
     rt.block_on(async {
         let mut lab = Lab::prepare(Scenario::Healthy, 2.0, "");
@@ -1757,7 +1779,7 @@ fn an_in_flight_rollout_of_the_previous_release_resumes_after_an_upgrade() {
 }
 
 fn resumes_after_an_upgrade(fixture: &str) {
-    let _machine = exclusive();
+    let _slot = fleet_slot();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(fixture);

@@ -780,6 +780,67 @@ fn retry_after_a_failed_wave_analysis_runs_it_again() {
     }
 }
 
+/// An operator who retries in the tick right after a cluster failed (before its engine has
+/// reconciled the rollback) gets a fresh attempt, not the aborted one again: the old run's
+/// failure is no evidence against the retry.
+#[test]
+fn a_retry_right_after_a_failure_starts_a_fresh_attempt() {
+    let truth = Truth {
+        regressed: ["canary-eu-west"].into(),
+        ..Truth::healthy()
+    };
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, truth);
+    while sim.status("canary-eu-west") != ClusterStatus::RolledBack {
+        assert!(sim.now < 3_600_000, "the regression was never caught");
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    assert!(sim.machine.state.clusters["canary-eu-west"].rollout.abort);
+    // Fixed at once; the retry comes a few milliseconds later.
+    sim.truth.regressed.clear();
+    sim.now += 4;
+    sim.step(&[FleetCommand::Retry]);
+    sim.run_until(sim.now + 3_600_000);
+    let state = &sim.machine.state;
+    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+    for cluster in CLUSTERS {
+        assert!(sim.stable_is_new(cluster), "{cluster}");
+    }
+}
+
+/// An answer that may change a decision is urgent (the daemon ticks at once for it); a
+/// passing or deferred one waits for the next tick.
+#[test]
+fn only_an_answer_that_may_change_a_decision_is_urgent() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    while sim.pending.iter().all(|m| m.cluster != "canary-eu-west") {
+        assert!(sim.now < 600_000, "no measurement was ever asked");
+        sim.now += 5_000;
+        sim.step(&[]);
+    }
+    let m = sim
+        .pending
+        .iter()
+        .find(|m| m.cluster == "canary-eu-west")
+        .unwrap();
+    let value = |v: Vec<f64>| Outcome::Value {
+        result: MetricResult::Vector(v),
+        metadata: BTreeMap::new(),
+    };
+    assert!(!m.is_urgent(&value(vec![0.002])), "a passing value");
+    assert!(m.is_urgent(&value(vec![0.05])), "a failing value");
+    assert!(
+        m.is_urgent(&value(vec![])),
+        "no data fails the guarded condition"
+    );
+    assert!(m.is_urgent(&Outcome::Error("connection refused".into())));
+    assert!(!m.is_urgent(&Outcome::Deferred("too few points".into())));
+    // Without its plan nothing can be told: urgent.
+    let mut planless = m.clone();
+    planless.plan = None;
+    assert!(planless.is_urgent(&value(vec![0.002])));
+}
+
 #[test]
 fn a_wave_analysis_without_data_never_advances_the_fleet() {
     // A failure-only condition passes on an empty result: Successful without evidence, which

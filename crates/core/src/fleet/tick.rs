@@ -2,9 +2,13 @@
 //! specs of the revision in flight, the measurements the driver must take and their outcomes,
 //! and the tick's output.
 
+use std::sync::Arc;
+
 use super::event::FleetEvent;
-use crate::analysis::{MeasureRequest, Outcome};
+use crate::analysis::plan::RunPlan;
+use crate::analysis::{MeasureRequest, Outcome, measurement_phase};
 use crate::rollout::{Action, AnalysisSlot, Observed, RunKey};
+use crate::spec::analysis::AnalysisPhase;
 use crate::spec::rollout::Rollout;
 
 /// What a cluster reports at one tick.
@@ -26,7 +30,7 @@ pub struct ClusterObservation {
 /// wave), and has no cluster: `cluster` is empty, and [`ClusterMeasurement::wave`] gives the
 /// wave. The driver measures it over the wave (docs/simulate.md: the simulator aggregates the
 /// wave's validated clusters' traffic).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ClusterMeasurement {
     /// The cluster (empty for a wave-level analysis).
     pub cluster: String,
@@ -34,12 +38,53 @@ pub struct ClusterMeasurement {
     pub run: RunKey,
     /// The measurement.
     pub request: MeasureRequest,
+    /// The run's plan (shared, not copied), by which [`ClusterMeasurement::is_urgent`] tells
+    /// an answer that may change a decision from a routine one.
+    pub plan: Option<Arc<RunPlan>>,
+}
+
+/// Two measurements are the same when they measure the same thing: the plan is how the answer
+/// is judged, derived from the run, and is not compared.
+impl PartialEq for ClusterMeasurement {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.cluster, self.run, &self.request) == (&other.cluster, other.run, &other.request)
+    }
 }
 
 impl ClusterMeasurement {
     /// The 0-based wave whose wave-level analysis this measurement is for, if it is one.
     pub fn wave(&self) -> Option<usize> {
         wave_of_key(self.run)
+    }
+
+    /// Whether `outcome` may change a decision before the driver's next regular tick, so that
+    /// it should tick at once: a value its metric's conditions do not pass (Failed,
+    /// Inconclusive, or an evaluation Error), a provider's own verdict other than Successful,
+    /// an Error, and any value of a metric whose verdict reads more than the value (a
+    /// calibrated one). A passing value, a deferred answer, a dry-run metric's answer and a
+    /// cancelled measurement wait for the next tick. The tick decides either way (with the
+    /// same rule); this only says when.
+    pub fn is_urgent(&self, outcome: &Outcome) -> bool {
+        let Some(metric) = self
+            .plan
+            .as_ref()
+            .and_then(|p| p.metrics.get(self.request.metric_index))
+        else {
+            return true;
+        };
+        if metric.dry_run {
+            return false;
+        }
+        match outcome {
+            Outcome::Value { result, .. } => {
+                metric.baseline.is_some()
+                    || measurement_phase(metric.success.as_ref(), metric.failure.as_ref(), result)
+                        != AnalysisPhase::Successful
+            }
+            Outcome::Decided { phase, .. } => *phase != AnalysisPhase::Successful,
+            Outcome::Error(_) => true,
+            Outcome::Deferred(_) | Outcome::Terminated => false,
+        }
     }
 }
 

@@ -140,7 +140,9 @@ pub async fn serve(
             config::SourceConfig::Git { git, .. } if git.correct_drift
         ),
         backends: backends::Backends::agents(config.agent_tokens.clone()),
+        urgent: Arc::new(Notify::new()),
     };
+    let urgent = wiring.urgent.clone();
     let tick = wiring.tick;
     let build = |d: &record::Desired, stored: Option<record::FleetRecord>| {
         FleetController::new(d, stored, &wiring)
@@ -239,6 +241,8 @@ pub async fn serve(
     ));
     on_listening(address);
     let mut next_poll = Instant::now();
+    // When an answer last brought a tick forward.
+    let mut last_urgent: Option<tokio::time::Instant> = None;
     let mut git_retry: BTreeMap<String, GitRetry> = BTreeMap::new();
     let control = async {
         loop {
@@ -415,9 +419,20 @@ pub async fn serve(
             if notified {
                 notify_wake.notify_one();
             }
+            // The next tick: at its time, for a command, or for an answer that may change a
+            // decision (a failing canary loses its traffic at once, not a tick later). Answers
+            // bring a tick forward at most once per URGENT_EVERY, so that an outage failing
+            // every measurement at once does not turn the loop into a spin.
+            let regular = tokio::time::Instant::now() + tick;
             tokio::select! {
-                _ = tokio::time::sleep(tick) => {}
+                _ = tokio::time::sleep_until(regular) => {}
                 _ = shared.wake.notified() => {}
+                _ = urgent.notified() => {
+                    let earliest =
+                        last_urgent.map_or_else(tokio::time::Instant::now, |at| at + URGENT_EVERY);
+                    tokio::time::sleep_until(earliest.min(regular)).await;
+                    last_urgent = Some(tokio::time::Instant::now());
+                }
             }
         }
         #[allow(unreachable_code)]
@@ -431,6 +446,9 @@ pub async fn serve(
     notifier.abort();
     result
 }
+
+/// The shortest time between two ticks brought forward by answers that may change a decision.
+const URGENT_EVERY: Duration = Duration::from_millis(100);
 
 /// The first and the longest wait before committing a durable change again.
 const GIT_RETRY_FIRST: Duration = Duration::from_millis(500);

@@ -224,6 +224,7 @@ impl FleetMachine {
                     cluster: name.to_owned(),
                     run: key,
                     request,
+                    plan: Some(plan.clone()),
                 });
             }
         }

@@ -405,6 +405,7 @@ impl FleetMachine {
                         cluster: String::new(),
                         run: key,
                         request,
+                        plan: Some(plan.clone()),
                     });
                 }
                 wave_run.run.phase

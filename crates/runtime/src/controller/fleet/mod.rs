@@ -30,7 +30,7 @@ use flotilla_core::fleet::{
 };
 use flotilla_core::rollout::template_hash;
 use flotilla_providers::Providers;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 
 use super::backends::Backends;
 use super::record::{
@@ -73,6 +73,8 @@ pub struct FleetController {
     outcomes_tx: mpsc::UnboundedSender<ClusterOutcome>,
     outcomes_rx: mpsc::UnboundedReceiver<ClusterOutcome>,
     measure_limit: Arc<Semaphore>,
+    /// Wakes the loop for an answer that may change a decision.
+    urgent: Arc<Notify>,
     stale_after: Duration,
     observed: BTreeMap<String, (bool, Option<(i32, i32)>)>,
     /// Clusters whose backend refused their desired state (forbidden, invalid), with the
@@ -104,6 +106,10 @@ pub struct Wiring {
     pub correct_drift: bool,
     /// Each cluster's backend.
     pub backends: Backends,
+    /// Notified when a measurement's answer may change a decision
+    /// ([`ClusterMeasurement::is_urgent`]): the loop then ticks at once instead of at its next
+    /// tick, so that a failing canary loses its traffic within milliseconds of the answer.
+    pub urgent: Arc<Notify>,
 }
 
 impl FleetController {
@@ -200,6 +206,7 @@ impl FleetController {
             outcomes_tx,
             outcomes_rx,
             measure_limit: Arc::new(Semaphore::new(64)),
+            urgent: wiring.urgent.clone(),
             stale_after: (tick * 3).max(Duration::from_secs(3)),
             observed: BTreeMap::new(),
             refused: BTreeMap::new(),
@@ -567,6 +574,7 @@ impl FleetController {
             let providers = self.providers.clone();
             let tx = self.outcomes_tx.clone();
             let limit = self.measure_limit.clone();
+            let urgent = self.urgent.clone();
             tokio::spawn(async move {
                 let _permit = limit.acquire_owned().await;
                 let request = &measurement.request;
@@ -583,12 +591,16 @@ impl FleetController {
                             request.metric
                         ))
                     });
+                let wake = measurement.is_urgent(&outcome);
                 let _ = tx.send(ClusterOutcome {
                     cluster: measurement.cluster,
                     run: measurement.run,
                     metric_index: measurement.request.metric_index,
                     outcome,
                 });
+                if wake {
+                    urgent.notify_one();
+                }
             });
         }
     }

@@ -21,6 +21,7 @@ fn wiring() -> super::Wiring {
         tick: std::time::Duration::from_secs(1),
         correct_drift: false,
         backends: crate::controller::backends::Backends::agents(Default::default()),
+        urgent: Default::default(),
     }
 }
 
@@ -185,6 +186,7 @@ spec:
             tick: Duration::from_millis(100),
             correct_drift: false,
             backends,
+            urgent: Default::default(),
         }
     }
 

@@ -1,14 +1,14 @@
 //! The resolved shape of a fleet rollout: waves of clusters, per-cluster arguments, the failure
 //! policy, and the analysis plans each cluster's runs use.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::analysis::plan::{ArgValue, METRICS_ADDRESS_ARG, PlanError, RunPlan, resolve};
 use crate::rollout::{AnalysisSlot, RunKey, template_hash};
 use crate::spec::analysis::{AnalysisTemplate, AnalysisTemplateSpec};
 use crate::spec::fleet::{
-    Fleet, FleetRollout, LockstepFailure, NewRevisionPolicy, RollbackScope, UnreachableAction,
-    WaveAnalysis,
+    ClusterOverride, Fleet, FleetRollout, LockstepFailure, NewRevisionPolicy, RollbackScope,
+    UnreachableAction, WaveAnalysis,
 };
 use crate::spec::rollout::{AnalysisRunArgument, AnalysisTemplateRef, Rollout};
 
@@ -89,16 +89,21 @@ impl FleetPlan {
                 fleet_rollout.metadata.name.as_deref().unwrap_or("")
             )));
         }
+        // Looked up by name (a fleet has thousands of clusters: no scan per cluster).
+        let laid_out: BTreeSet<&str> = layout.values().flatten().map(String::as_str).collect();
+        let mut overridden: BTreeMap<&str, Vec<&ClusterOverride>> = BTreeMap::new();
+        for o in &fleet_rollout.spec.cluster_overrides {
+            overridden.entry(o.cluster.as_str()).or_default().push(o);
+        }
         let mut clusters = BTreeMap::new();
         for cluster in &fleet.spec.clusters {
-            if !layout.values().any(|w| w.contains(&cluster.name)) {
+            if !laid_out.contains(cluster.name.as_str()) {
                 continue;
             }
-            let overrides = fleet_rollout
-                .spec
-                .cluster_overrides
-                .iter()
-                .filter(|o| o.cluster == cluster.name)
+            let overrides = overridden
+                .get(cluster.name.as_str())
+                .into_iter()
+                .flatten()
                 .flat_map(|o| {
                     o.args
                         .iter()

@@ -415,6 +415,10 @@ pub(super) fn simulate(
             let Some(profile) = profiles.get(name) else {
                 return false;
             };
+            // Most clusters have no fault of this kind: nothing to anchor.
+            if !profile.faults.iter().any(|f| f.kind == kind) {
+                return false;
+            }
             let cluster_start = first_starts
                 .get(name)
                 .filter(|(revision, _)| *revision == machine.state.revision)
@@ -496,14 +500,12 @@ pub(super) fn simulate(
             machine.record_durable(&change);
         }
         for (cluster, action) in &output.actions {
-            if !observations[cluster].reachable {
+            let observation = observations.get_mut(cluster).expect("known cluster");
+            if !observation.reachable {
                 continue;
             }
             let world = worlds.get_mut(cluster).expect("known cluster");
-            let observed = &mut observations
-                .get_mut(cluster)
-                .expect("known cluster")
-                .observed;
+            let observed = &mut observation.observed;
             match action {
                 Action::Scale {
                     revision,
@@ -531,10 +533,12 @@ pub(super) fn simulate(
         }
         pending = output.measurements;
         // Traffic for the next bucket.
-        for (name, world) in worlds.iter_mut() {
+        // The same clusters in the same (name) order: walked together, not looked up.
+        debug_assert!(worlds.keys().eq(observations.keys()));
+        for (world, observation) in worlds.values_mut().zip(observations.values()) {
             let profile = world.profile;
             // The canary subset runs the newest revision with replicas that is not the stable.
-            let canary_revision = observations[name]
+            let canary_revision = observation
                 .observed
                 .replicas
                 .iter()

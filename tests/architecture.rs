@@ -153,12 +153,13 @@ fn adapters_depend_on_the_core_only() {
         "flotilla-providers",
         "flotilla-git",
         "flotilla-agent-backend",
+        "flotilla-kube",
     ] {
         let ours: BTreeSet<String> = closure(&graph, adapter)
             .into_iter()
             .filter(|p| p.starts_with("flotilla"))
             .collect();
-        let allowed: BTreeSet<String> = if adapter == "flotilla-git" {
+        let allowed: BTreeSet<String> = if matches!(adapter, "flotilla-git" | "flotilla-kube") {
             BTreeSet::new()
         } else {
             BTreeSet::from(["flotilla-core".to_owned()])

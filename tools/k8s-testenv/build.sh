@@ -11,7 +11,7 @@
 # printed as the last stdout line. Go's module and build caches live in the same cache root
 # (go-mod/, go-build/) unless GOMODCACHE/GOCACHE are set. `--print-dir` prints the directory
 # without building; `--module-dir MODULE` prints where the module cache holds a module of this
-# graph (downloading it if needed).
+# graph (downloading it if needed); `--podhash` builds the podhash helper and prints its path.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE"
@@ -32,6 +32,18 @@ case "${1:-}" in
   --module-dir)
     go mod download "$2"
     go list -m -f '{{.Dir}}' "$2"
+    exit 0 ;;
+  # --podhash: the podhash helper (podhash/main.go: Argo's pod-template hash of the cases Flotilla
+  # tests its own against), built from this module's graph when missing; prints its path.
+  --podhash)
+    mkdir -p "$CACHE"
+    PKEY=$( { cat podhash/main.go go.mod go.sum; echo "$GOFLAGS"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+    P="$CACHE/podhash-$PKEY"
+    if [ ! -x "$P" ]; then
+      go build -o "$P.tmp.$$" ./podhash
+      mv "$P.tmp.$$" "$P"
+    fi
+    echo "$P"
     exit 0 ;;
 esac
 

@@ -81,6 +81,14 @@ pub fn module_dir(module: &str) -> Result<PathBuf, Error> {
         .map_err(Error::Build)
 }
 
+/// The podhash helper (`tools/k8s-testenv/podhash`: Argo Rollouts' own pod-template hash of
+/// given templates, and the Go type graph of a PodTemplateSpec), built first if missing.
+pub fn podhash() -> Result<PathBuf, Error> {
+    run_build(&["--podhash"])
+        .map(PathBuf::from)
+        .map_err(Error::Build)
+}
+
 /// Argo Rollouts' CRDs (Rollout, AnalysisTemplate, ClusterAnalysisTemplate, AnalysisRun,
 /// Experiment) from the Argo Rollouts module the binaries were built from.
 pub fn argo_rollouts_crds() -> Result<Vec<PathBuf>, Error> {

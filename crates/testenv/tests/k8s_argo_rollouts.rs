@@ -100,6 +100,15 @@ fn hash<'a>(r: &'a DynamicObject, key: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// The pod-template hash Flotilla computes for the Rollout's template and collision count.
+fn flotilla_hash(r: &DynamicObject) -> String {
+    let collisions = field(r, &["status", "collisionCount"])
+        .and_then(Value::as_i64)
+        .map(|n| n as i32);
+    flotilla_kube::pod_template_hash(&r.data["spec"]["template"], collisions)
+        .expect("a template Go could decode")
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn argo_controller_drives_a_plain_canary_through_its_steps() {
     let options = Options {
@@ -157,6 +166,13 @@ async fn argo_controller_drives_a_plain_canary_through_its_steps() {
     .await;
     let stable = hash(&r, "stableRS").to_string();
     assert!(!stable.is_empty(), "a stable ReplicaSet: {:?}", r.data);
+    // Flotilla names ReplicaSets as Argo's controller does: the same hash of the template as
+    // the API server returns it.
+    assert_eq!(
+        stable,
+        flotilla_hash(&r),
+        "the first revision's pod-template hash"
+    );
 
     // A new image starts a canary: setWeight 33 (1 of 3 Pods), then an indefinite pause.
     let before_update = seen.len();
@@ -178,6 +194,7 @@ async fn argo_controller_drives_a_plain_canary_through_its_steps() {
     .await;
     let canary = hash(&r, "currentPodHash").to_string();
     assert_ne!(canary, stable, "the canary has its own ReplicaSet");
+    assert_eq!(canary, flotilla_hash(&r), "the canary's pod-template hash");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let list = replica_sets

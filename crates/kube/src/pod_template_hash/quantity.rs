@@ -1,0 +1,192 @@
+//! A resource quantity's canonical form, as apimachinery's `Quantity.MarshalJSON` writes it
+//! (`resource/quantity.go`: `CanonicalizeBytes`): the value rounded up to nanos; decimal forms
+//! with an exponent that is a multiple of 3 (`0.5` → `500m`, `2000` → `2k`, `1e4` → `10e3`);
+//! binary forms (`Ki`…`Ei`) kept binary when the value is a whole number of at least 1024 in
+//! magnitude (`1024Mi` → `1Gi`, `1536Mi` stays), else written in decimal (`1.5Ki` → `1536`).
+
+/// What a quantity's suffix says about how to write it back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Format {
+    DecimalSi,
+    BinarySi,
+    DecimalExponent,
+}
+
+/// Why a string is no quantity.
+pub(super) type QuantityError = &'static str;
+
+/// `text`'s canonical form.
+pub(super) fn canonical(text: &str) -> Result<String, QuantityError> {
+    let (negative, digits, fraction, suffix) = split(text)?;
+    let (format, base2, exp10) = match suffix {
+        "" => (Format::DecimalSi, 0, 0),
+        "n" => (Format::DecimalSi, 0, -9),
+        "u" => (Format::DecimalSi, 0, -6),
+        "m" => (Format::DecimalSi, 0, -3),
+        "k" => (Format::DecimalSi, 0, 3),
+        "M" => (Format::DecimalSi, 0, 6),
+        "G" => (Format::DecimalSi, 0, 9),
+        "T" => (Format::DecimalSi, 0, 12),
+        "P" => (Format::DecimalSi, 0, 15),
+        "E" => (Format::DecimalSi, 0, 18),
+        "Ki" => (Format::BinarySi, 10, 0),
+        "Mi" => (Format::BinarySi, 20, 0),
+        "Gi" => (Format::BinarySi, 30, 0),
+        "Ti" => (Format::BinarySi, 40, 0),
+        "Pi" => (Format::BinarySi, 50, 0),
+        "Ei" => (Format::BinarySi, 60, 0),
+        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
+            let exp: i32 = s[1..].parse().map_err(|_| "bad exponent")?;
+            (Format::DecimalExponent, 0, exp)
+        }
+        _ => return Err("unknown suffix"),
+    };
+    // The value: mantissa × 10^scale, exact.
+    let mut mantissa: i128 = 0;
+    for d in digits.bytes().chain(fraction.bytes()) {
+        mantissa = mantissa
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(i128::from(d - b'0')))
+            .ok_or("too large")?;
+    }
+    let mut scale = exp10 - fraction.len() as i32;
+    if base2 > 0 {
+        mantissa = mantissa.checked_mul(1i128 << base2).ok_or("too large")?;
+    }
+    // Rounded up to nanos (away from zero, as apimachinery rounds).
+    if scale < -9 {
+        let divisor = pow10(-9 - scale)?;
+        mantissa = mantissa / divisor + i128::from(mantissa % divisor != 0);
+        scale = -9;
+    }
+    if mantissa == 0 {
+        return Ok("0".into());
+    }
+    if negative {
+        mantissa = -mantissa;
+    }
+    let mut format = format;
+    let mut whole = None;
+    if format == Format::BinarySi {
+        let magnitude_below_1024 = if scale >= 0 {
+            mantissa.abs() < 1024 && scale == 0
+                || mantissa
+                    .abs()
+                    .checked_mul(pow10(scale)?)
+                    .is_some_and(|v| v < 1024)
+        } else {
+            mantissa.abs() < 1024 * pow10(-scale)?
+        };
+        if magnitude_below_1024 {
+            format = Format::DecimalSi;
+        } else if scale >= 0 {
+            whole = Some(mantissa.checked_mul(pow10(scale)?).ok_or("too large")?);
+        } else if mantissa % pow10(-scale)? == 0 {
+            whole = Some(mantissa / pow10(-scale)?);
+        } else {
+            format = Format::DecimalSi;
+        }
+    }
+    if let Some(mut value) = whole {
+        let mut power = 0;
+        while value % 1024 == 0 && power < 6 {
+            value /= 1024;
+            power += 1;
+        }
+        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+        return Ok(format!("{value}{suffix}"));
+    }
+    // Decimal: trailing zeros into the exponent, the exponent down to a multiple of 3.
+    while mantissa % 10 == 0 {
+        mantissa /= 10;
+        scale += 1;
+    }
+    match scale.rem_euclid(3) {
+        1 => {
+            mantissa *= 10;
+            scale -= 1;
+        }
+        2 => {
+            mantissa *= 100;
+            scale -= 2;
+        }
+        _ => {}
+    }
+    let suffix = match format {
+        Format::DecimalExponent if scale == 0 => String::new(),
+        Format::DecimalExponent => format!("e{scale}"),
+        _ => match scale {
+            -9 => "n".into(),
+            -6 => "u".into(),
+            -3 => "m".into(),
+            0 => String::new(),
+            3 => "k".into(),
+            6 => "M".into(),
+            9 => "G".into(),
+            12 => "T".into(),
+            15 => "P".into(),
+            18 => "E".into(),
+            _ => format!("e{scale}"),
+        },
+    };
+    Ok(format!("{mantissa}{suffix}"))
+}
+
+fn pow10(n: i32) -> Result<i128, QuantityError> {
+    10i128.checked_pow(n as u32).ok_or("too large")
+}
+
+/// Sign, whole digits, fraction digits and suffix (`-1.5Gi` → true, "1", "5", "Gi").
+fn split(text: &str) -> Result<(bool, &str, &str, &str), QuantityError> {
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(end);
+    let (digits, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if digits.is_empty() && fraction.is_empty() {
+        return Err("no number");
+    }
+    if fraction.contains('.') {
+        return Err("two decimal points");
+    }
+    Ok((negative, digits, fraction, suffix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical;
+
+    #[test]
+    fn quantities_take_apimachinery_canonical_forms() {
+        for (given, canonical_form) in [
+            ("0.5", "500m"),
+            ("1000m", "1"),
+            ("2000", "2k"),
+            ("1e3", "1e3"),
+            ("1e4", "10e3"),
+            ("1024Mi", "1Gi"),
+            ("1536Mi", "1536Mi"),
+            ("0.5Gi", "512Mi"),
+            ("1.5Ki", "1536"),
+            ("0.5Ki", "512"),
+            ("0", "0"),
+            ("0Mi", "0"),
+            ("250u", "250u"),
+            ("1.5", "1500m"),
+            ("129e6", "129e6"),
+            ("128974848", "128974848"),
+            ("0.0000000001", "1n"),
+            ("-1.5", "-1500m"),
+        ] {
+            assert_eq!(canonical(given).unwrap(), canonical_form, "{given}");
+        }
+        for bad in ["", "m", "1.2.3", "1x", "1e"] {
+            assert!(canonical(bad).is_err(), "{bad}");
+        }
+    }
+}

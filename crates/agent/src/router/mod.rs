@@ -40,6 +40,8 @@ pub use proxy::{ProxyBody, Upstreams, full, upstreams};
 
 /// The response header that names the subset a request was routed to.
 pub const SUBSET_HEADER: &str = "x-flotilla-subset";
+/// [`SUBSET_HEADER`], as a header name made once.
+const SUBSET_HEADER_NAME: HeaderName = HeaderName::from_static(SUBSET_HEADER);
 
 /// One immutable routing table.
 #[derive(Debug, Clone)]
@@ -318,9 +320,7 @@ impl Router {
             Cow::Owned(name) => HeaderValue::from_str(name),
         };
         if let Ok(value) = value {
-            response
-                .headers_mut()
-                .insert(HeaderName::from_static(SUBSET_HEADER), value);
+            response.headers_mut().insert(SUBSET_HEADER_NAME, value);
         }
         self.stats.record(
             &subset,

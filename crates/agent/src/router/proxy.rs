@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use flotilla_agent_backend::client::error_chain;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
@@ -17,7 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::endpoints::SubsetEndpoints;
+use super::endpoints::{Endpoint, SubsetEndpoints};
 
 /// The body type the router sends and answers with.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
@@ -76,15 +76,14 @@ pub(super) async fn forward(
     // The headers are moved into the last request built, cloned for the others (a mirror,
     // a first attempt that may be retried).
     let mut headers = Some(headers);
-    let build = |addr: SocketAddr,
+    let build = |target: &Endpoint,
                  body: ProxyBody,
                  headers: &mut Option<HeaderMap>,
                  last: bool|
      -> Option<Request<ProxyBody>> {
-        let authority = Authority::try_from(addr.to_string()).ok()?;
         let uri = Uri::builder()
             .scheme(Scheme::HTTP)
-            .authority(authority)
+            .authority(target.authority.clone())
             .path_and_query(path.clone())
             .build()
             .ok()?;
@@ -131,7 +130,7 @@ pub(super) async fn forward(
 
     if let Some(mirror) = mirror
         && let Some(target) = endpoints.pick(&mirror, &[])
-        && let Some(req) = build(target, make_body(&mut None), &mut headers, false)
+        && let Some(req) = build(&target, make_body(&mut None), &mut headers, false)
     {
         let client = client.clone();
         tokio::spawn(async move {
@@ -146,7 +145,7 @@ pub(super) async fn forward(
 
     let mut tried: Vec<SocketAddr> = Vec::new();
     loop {
-        let Some(addr) = endpoints.pick(subset, &tried) else {
+        let Some(target) = endpoints.pick(subset, &tried) else {
             return if tried.is_empty() {
                 plain(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -162,11 +161,12 @@ pub(super) async fn forward(
                 )
             };
         };
+        let addr = target.addr;
         tried.push(addr);
         let retryable = body.is_none();
         // A request with a body is never sent again; nor is a third attempt.
         let last = !retryable || tried.len() >= 3;
-        let Some(req) = build(addr, make_body(&mut body), &mut headers, last) else {
+        let Some(req) = build(&target, make_body(&mut body), &mut headers, last) else {
             return plain(
                 StatusCode::BAD_REQUEST,
                 format!("cannot forward a request for {path:?}\n"),
@@ -224,6 +224,10 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names instead of a lookup per name.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

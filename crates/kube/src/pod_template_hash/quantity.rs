@@ -15,8 +15,14 @@ enum Format {
 /// Why a string is no quantity.
 pub(super) type QuantityError = &'static str;
 
-/// `text`'s canonical form.
+/// What Go's `Quantity.MarshalJSON` writes for `text`: `text` itself when `ParseQuantity` kept
+/// it (its fast path: a value that fits, already in canonical shape, such as `+1`, `01`,
+/// `1.500`, `1E3` or `1Gi`), else its canonical form.
 pub(super) fn canonical(text: &str) -> Result<String, QuantityError> {
+    let text = text.trim();
+    if kept_as_written(text)? {
+        return Ok(text.to_owned());
+    }
     let (negative, digits, fraction, suffix) = split(text)?;
     let (format, base2, exp10) = match suffix {
         "" => (Format::DecimalSi, 0, 0),
@@ -132,6 +138,69 @@ pub(super) fn canonical(text: &str) -> Result<String, QuantityError> {
     Ok(format!("{mantissa}{suffix}"))
 }
 
+/// Whether `ParseQuantity` keeps the string as written (`quantity.go`, its int64 fast path: the
+/// digits without leading zeros fit in 18 (decimal) or the binary precision; then a decimal is
+/// kept when its scale is a multiple of 3, its digits do not end in `000` nor start with `0`,
+/// and a binary one when its number is not a multiple of 8).
+fn kept_as_written(text: &str) -> Result<bool, QuantityError> {
+    if text == "0" {
+        return Ok(true);
+    }
+    let (_, digits, fraction, suffix) = split(text)?;
+    let digits = digits.trim_start_matches('0');
+    let num = if digits.is_empty() { "0" } else { digits };
+    let (binary, exponent) = match suffix {
+        "" => (false, 0),
+        "n" => (false, -9),
+        "u" => (false, -6),
+        "m" => (false, -3),
+        "k" => (false, 3),
+        "M" => (false, 6),
+        "G" => (false, 9),
+        "T" => (false, 12),
+        "P" => (false, 15),
+        "E" => (false, 18),
+        "Ki" => (true, 10),
+        "Mi" => (true, 20),
+        "Gi" => (true, 30),
+        "Ti" => (true, 40),
+        "Pi" => (true, 50),
+        "Ei" => (true, 60),
+        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
+            (false, s[1..].parse::<i32>().map_err(|_| "bad exponent")?)
+        }
+        _ => return Err("unknown suffix"),
+    };
+    let (precision, mut scale, mantissa) = if binary {
+        if !fraction.is_empty() {
+            return Ok(false);
+        }
+        let precision = 15 - num.len() as i32 - (exponent as f32 * 3.0 / 10.0) as i32 - 1;
+        (precision, 0, 1i64 << exponent)
+    } else {
+        (18 - (num.len() + fraction.len()) as i32, exponent, 1)
+    };
+    if precision < 0 {
+        return Ok(false);
+    }
+    scale -= fraction.len() as i32;
+    if scale < -9 {
+        return Ok(false);
+    }
+    let shifted = format!("{num}{fraction}");
+    let Ok(value) = shifted.parse::<i64>() else {
+        return Ok(false);
+    };
+    if value.checked_mul(mantissa).is_none() {
+        return Ok(false);
+    }
+    Ok(if binary {
+        value & 7 != 0
+    } else {
+        scale % 3 == 0 && !shifted.ends_with("000") && !shifted.starts_with('0')
+    })
+}
+
 fn pow10(n: i32) -> Result<i128, QuantityError> {
     10i128.checked_pow(n as u32).ok_or("too large")
 }
@@ -182,6 +251,15 @@ mod tests {
             ("128974848", "128974848"),
             ("0.0000000001", "1n"),
             ("-1.5", "-1500m"),
+            // Kept as written by Go's fast path.
+            ("+1", "+1"),
+            ("01", "01"),
+            ("1.500", "1.500"),
+            ("1E3", "1E3"),
+            ("1e+3", "1e+3"),
+            ("+1Ki", "+1Ki"),
+            ("1Gi", "1Gi"),
+            ("2500m", "2500m"),
         ] {
             assert_eq!(canonical(given).unwrap(), canonical_form, "{given}");
         }

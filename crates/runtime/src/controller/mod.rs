@@ -423,13 +423,16 @@ pub async fn serve(
             // decision (a failing canary loses its traffic at once, not a tick later). Answers
             // bring a tick forward at most once per URGENT_EVERY, so that an outage failing
             // every measurement at once does not turn the loop into a spin.
+            // Spaced by the tick's own length too: a tick longer than URGENT_EVERY (a large
+            // fleet) leaves the loop idle at least as long as it worked.
+            let spacing = URGENT_EVERY.max(started.elapsed());
             let regular = tokio::time::Instant::now() + tick;
             tokio::select! {
                 _ = tokio::time::sleep_until(regular) => {}
                 _ = shared.wake.notified() => {}
                 _ = urgent.notified() => {
                     let earliest =
-                        last_urgent.map_or_else(tokio::time::Instant::now, |at| at + URGENT_EVERY);
+                        last_urgent.map_or_else(tokio::time::Instant::now, |at| at + spacing);
                     tokio::time::sleep_until(earliest.min(regular)).await;
                     last_urgent = Some(tokio::time::Instant::now());
                 }

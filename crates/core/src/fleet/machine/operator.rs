@@ -4,7 +4,7 @@
 use super::FleetMachine;
 use crate::fleet::commands::{FleetCommand, command_cluster, describe};
 use crate::fleet::event::Decision;
-use crate::fleet::state::{ClusterState, ClusterStatus, FleetPhase, PausedFor};
+use crate::fleet::state::{ClusterStatus, FleetPhase, PausedFor};
 use crate::rollout::Command;
 use crate::spec::rollout::Rollout;
 use crate::time::Millis;
@@ -224,7 +224,6 @@ impl FleetMachine {
                         state.failure = None;
                         state.reason = "retrying".into();
                         state.runs.clear();
-                        retry_engine(state);
                     }
                     if state.status == ClusterStatus::Held {
                         state.status = ClusterStatus::NotStarted;
@@ -253,7 +252,6 @@ impl FleetMachine {
                         state.failure = None;
                         state.reason = "retrying".into();
                         state.runs.clear();
-                        retry_engine(state);
                     }
                     if was != ClusterStatus::NotStarted && state.status == ClusterStatus::NotStarted
                     {
@@ -280,14 +278,5 @@ impl FleetMachine {
                 Ok(format!("retry: {}", retried.join(", ")))
             }
         }
-    }
-}
-
-/// A cluster retried before its engine reconciled the rollback still holds the aborted update
-/// (the same revision, its failed runs): the engine retries it too (Argo's `retry`), so that
-/// the old attempt's failure is no evidence against the new one.
-fn retry_engine(cluster: &mut ClusterState) {
-    if cluster.rollout.abort {
-        cluster.pending.push(Command::Retry);
     }
 }

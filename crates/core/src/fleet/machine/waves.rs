@@ -55,6 +55,13 @@ impl FleetMachine {
             }
             cluster.status = ClusterStatus::Progressing;
             cluster.on_new_spec = true;
+            // Retried before its engine reconciled the rollback, the engine still holds the
+            // aborted update (its failed runs): it retries it too (Argo's `retry`), so that the
+            // old attempt's failure is no evidence against this one. Only here, as the cluster
+            // starts: a retried cluster that waits for its turn must not move meanwhile.
+            if cluster.rollout.abort {
+                cluster.pending.push(Command::Retry);
+            }
             cluster.started_at = Some(now);
             cluster.reason = "updating".into();
             cluster.accepted = false;

@@ -10,9 +10,10 @@
 //! is 0 and reports the time between the two, with the daemon's tick beside it. Then `retry`
 //! puts the canary back for the next round.
 //!
-//! The path measured: the answer reaches the daemon's measurement task, waits for the next tick
-//! (outcomes are consumed at ticks), the engine decides, the decision is persisted (one store
-//! transaction), and the cluster's worker sends the desired state to the agent, whose router
+//! The path measured: the answer reaches the daemon's measurement task, which finds it urgent
+//! (`ClusterMeasurement::is_urgent`: it fails its condition) and wakes the loop; the tick decides,
+//! the decision is persisted (one store transaction), and the cluster's worker sends the desired
+//! state to the agent, whose router
 //! swaps its table. Run with `cargo bench --bench decision_to_weight_zero`; set
 //! `DECISION_BENCH_TICK` (default `1s`) and `DECISION_BENCH_ROUNDS` (default 20).
 

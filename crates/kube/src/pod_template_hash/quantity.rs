@@ -24,29 +24,7 @@ pub(super) fn canonical(text: &str) -> Result<String, QuantityError> {
         return Ok(text.to_owned());
     }
     let (negative, digits, fraction, suffix) = split(text)?;
-    let (format, base2, exp10) = match suffix {
-        "" => (Format::DecimalSi, 0, 0),
-        "n" => (Format::DecimalSi, 0, -9),
-        "u" => (Format::DecimalSi, 0, -6),
-        "m" => (Format::DecimalSi, 0, -3),
-        "k" => (Format::DecimalSi, 0, 3),
-        "M" => (Format::DecimalSi, 0, 6),
-        "G" => (Format::DecimalSi, 0, 9),
-        "T" => (Format::DecimalSi, 0, 12),
-        "P" => (Format::DecimalSi, 0, 15),
-        "E" => (Format::DecimalSi, 0, 18),
-        "Ki" => (Format::BinarySi, 10, 0),
-        "Mi" => (Format::BinarySi, 20, 0),
-        "Gi" => (Format::BinarySi, 30, 0),
-        "Ti" => (Format::BinarySi, 40, 0),
-        "Pi" => (Format::BinarySi, 50, 0),
-        "Ei" => (Format::BinarySi, 60, 0),
-        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
-            let exp: i32 = s[1..].parse().map_err(|_| "bad exponent")?;
-            (Format::DecimalExponent, 0, exp)
-        }
-        _ => return Err("unknown suffix"),
-    };
+    let (format, base2, exp10) = interpret(suffix)?;
     // The value: mantissa × 10^scale, exact.
     let mut mantissa: i128 = 0;
     for d in digits.bytes().chain(fraction.bytes()) {
@@ -149,36 +127,16 @@ fn kept_as_written(text: &str) -> Result<bool, QuantityError> {
     let (_, digits, fraction, suffix) = split(text)?;
     let digits = digits.trim_start_matches('0');
     let num = if digits.is_empty() { "0" } else { digits };
-    let (binary, exponent) = match suffix {
-        "" => (false, 0),
-        "n" => (false, -9),
-        "u" => (false, -6),
-        "m" => (false, -3),
-        "k" => (false, 3),
-        "M" => (false, 6),
-        "G" => (false, 9),
-        "T" => (false, 12),
-        "P" => (false, 15),
-        "E" => (false, 18),
-        "Ki" => (true, 10),
-        "Mi" => (true, 20),
-        "Gi" => (true, 30),
-        "Ti" => (true, 40),
-        "Pi" => (true, 50),
-        "Ei" => (true, 60),
-        s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
-            (false, s[1..].parse::<i32>().map_err(|_| "bad exponent")?)
-        }
-        _ => return Err("unknown suffix"),
-    };
+    let (format, base2, exp10) = interpret(suffix)?;
+    let binary = format == Format::BinarySi;
     let (precision, mut scale, mantissa) = if binary {
         if !fraction.is_empty() {
             return Ok(false);
         }
-        let precision = 15 - num.len() as i32 - (exponent as f32 * 3.0 / 10.0) as i32 - 1;
-        (precision, 0, 1i64 << exponent)
+        let precision = 15 - num.len() as i32 - (base2 as f32 * 3.0 / 10.0) as i32 - 1;
+        (precision, 0, 1i64 << base2)
     } else {
-        (18 - (num.len() + fraction.len()) as i32, exponent, 1)
+        (18 - (num.len() + fraction.len()) as i32, exp10, 1)
     };
     if precision < 0 {
         return Ok(false);
@@ -199,6 +157,45 @@ fn kept_as_written(text: &str) -> Result<bool, QuantityError> {
     } else {
         scale % 3 == 0 && !shifted.ends_with("000") && !shifted.starts_with('0')
     })
+}
+
+/// A suffix's format, power of 2 and power of 10 (`Mi` → binary, 20, 0; `m` → decimal, 0, -3;
+/// `e3` → exponent, 0, 3).
+fn interpret(suffix: &str) -> Result<(Format, u32, i32), QuantityError> {
+    const DECIMAL: [(&str, i32); 10] = [
+        ("", 0),
+        ("n", -9),
+        ("u", -6),
+        ("m", -3),
+        ("k", 3),
+        ("M", 6),
+        ("G", 9),
+        ("T", 12),
+        ("P", 15),
+        ("E", 18),
+    ];
+    const BINARY: [(&str, u32); 6] = [
+        ("Ki", 10),
+        ("Mi", 20),
+        ("Gi", 30),
+        ("Ti", 40),
+        ("Pi", 50),
+        ("Ei", 60),
+    ];
+    if let Some((_, exp)) = DECIMAL.iter().find(|(s, _)| *s == suffix) {
+        return Ok((Format::DecimalSi, 0, *exp));
+    }
+    if let Some((_, exp)) = BINARY.iter().find(|(s, _)| *s == suffix) {
+        return Ok((Format::BinarySi, *exp, 0));
+    }
+    match suffix.strip_prefix(['e', 'E']) {
+        Some(exp) if !exp.is_empty() => Ok((
+            Format::DecimalExponent,
+            0,
+            exp.parse().map_err(|_| "bad exponent")?,
+        )),
+        _ => Err("unknown suffix"),
+    }
 }
 
 fn pow10(n: i32) -> Result<i128, QuantityError> {

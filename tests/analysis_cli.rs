@@ -203,16 +203,29 @@ fn bad_input_exits_4_with_one_clear_error_and_runs_nothing() {
         assert!(stderr.contains(needle), "{needle}: {stderr}");
         assert!(output.stdout.is_empty(), "nothing half-run");
     }
-    let datadog = dir.write(
-        "dd.yaml",
-        "apiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate\nmetadata: {name: dd}\nspec:\n  metrics:\n    - name: m\n      provider:\n        datadog: {query: 'avg:x{*}'}\n",
+    let wavefront = dir.write(
+        "wf.yaml",
+        "apiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate\nmetadata: {name: wf}\nspec:\n  metrics:\n    - name: m\n      provider:\n        wavefront: {query: 'ts(x)'}\n",
     );
-    let output = flotilla(&["analysis", "run", "--template", &datadog, "--once"]);
+    let output = flotilla(&["analysis", "run", "--template", &wavefront, "--once"]);
     assert_eq!(output.status.code(), Some(4));
     assert!(
         String::from_utf8_lossy(&output.stderr)
-            .contains("datadog provider, which Flotilla cannot execute")
+            .contains("wavefront provider, which Flotilla cannot execute")
     );
+    // Argo's own Datadog rule (queries need apiVersion v2): refused before anything is sent.
+    let datadog = dir.write(
+        "dd.yaml",
+        "apiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate\nmetadata: {name: dd}\nspec:\n  metrics:\n    - name: m\n      provider:\n        datadog: {queries: {a: 'avg:x{*}'}}\n",
+    );
+    let output = flotilla(&["analysis", "run", "--template", &datadog, "--once"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("provider.datadog: API version v1 only supports the query field"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing half-run");
     let broken = dir.write("broken.yaml", "apiVersion: argoproj.io/v1alpha1\nkind: AnalysisTemplate\nmetadata: {name: b}\nspec:\n  metrics:\n    - name: m\n      count: 3\n      provider: {web: {url: 'http://127.0.0.1:1'}}\n");
     let output = flotilla(&["analysis", "run", "--template", &broken, "--once"]);
     assert_eq!(output.status.code(), Some(4));
@@ -360,4 +373,136 @@ fn backtest_evaluates_each_step_of_a_window() {
             .filter(|p| p["metric"] == "success-rate")
             .all(|p| p["phase"] == "Failed")
     );
+}
+
+/// Seed 004's Datadog template, as the article prints it.
+const SEED_DATADOG: &str = r#"
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: { name: datadog-error-rate, namespace: shop }
+spec:
+  args: [{ name: service-name }]
+  metrics:
+    - name: error-rate
+      interval: 1m
+      count: 5
+      successCondition: result < 0.05            # <5% errors
+      failureLimit: 1
+      provider:
+        datadog:
+          apiVersion: v2
+          interval: 5m
+          query: |
+            sum:trace.http.request.errors{service:{{args.service-name}}}.as_count()
+            /
+            sum:trace.http.request.hits{service:{{args.service-name}}}.as_count()
+"#;
+
+/// A protocol fixture for Datadog's `POST /api/v2/query/scalar` (not Datadog): it answers
+/// `value` to a request carrying the keys `A`/`B`, 403 otherwise, and hands each request's
+/// head and body to the test.
+fn datadog_fixture(value: f64) -> (String, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 8192];
+            // Read the head, then the body by its content-length.
+            loop {
+                let n = stream.read(&mut buffer).unwrap_or(0);
+                request.extend_from_slice(&buffer[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&request).to_string();
+            let lower = text.to_ascii_lowercase();
+            let authorised = lower.contains("dd-api-key: a\r\n")
+                && lower.contains("dd-application-key: b\r\n")
+                && text.starts_with("POST /api/v2/query/scalar ");
+            let _ = sent.send(text);
+            let (status, body) = if authorised {
+                (
+                    "200 OK",
+                    format!(
+                        r#"{{"data":{{"type":"scalar_response","attributes":{{"columns":[{{"name":"query","type":"number","values":[{value}]}}]}}}}}}"#
+                    ),
+                )
+            } else {
+                ("403 Forbidden", r#"{"errors":["Forbidden"]}"#.to_owned())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    (address, received)
+}
+
+#[test]
+fn the_seed_004_datadog_template_lints_and_runs_against_a_datadog_fixture() {
+    let dir = TempDir::new("seed-datadog");
+    let template = dir.write("datadog.yaml", SEED_DATADOG);
+    let lint = flotilla(&["lint", &template]);
+    let lint_out =
+        String::from_utf8_lossy(&lint.stdout).to_string() + &String::from_utf8_lossy(&lint.stderr);
+    assert_eq!(lint.status.code(), Some(0), "{lint_out}");
+    assert!(lint_out.contains("provider/credentials"), "{lint_out}");
+
+    for (value, phase) in [(0.012, "Successful"), (0.21, "Failed")] {
+        let (address, requests) = datadog_fixture(value);
+        let secrets = dir.0.join(format!("secrets-{phase}"));
+        std::fs::create_dir_all(secrets.join("datadog")).unwrap();
+        std::fs::write(secrets.join("datadog/api-key"), "A\n").unwrap();
+        std::fs::write(secrets.join("datadog/app-key"), "B\n").unwrap();
+        std::fs::write(secrets.join("datadog/address"), &address).unwrap();
+        let output = flotilla(&[
+            "analysis",
+            "run",
+            "--template",
+            &template,
+            "--arg",
+            "service-name=checkout",
+            "--secrets-dir",
+            secrets.to_str().unwrap(),
+            "--once",
+            "--output",
+            "json",
+        ]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let report: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+        let measured = &report["metrics"][0]["measurements"][0];
+        assert_eq!(
+            measured["phase"],
+            phase,
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(measured["value"], value.to_string(), "{stdout}");
+        let request = requests.recv().unwrap();
+        assert!(
+            request.contains(r#""query":"sum:trace.http.request.errors{service:checkout}.as_count()\n/\nsum:trace.http.request.hits{service:checkout}.as_count()\n""#),
+            "{request}"
+        );
+        assert!(request.contains(r#""aggregator":"last""#), "{request}");
+    }
 }

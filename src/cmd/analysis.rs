@@ -106,6 +106,14 @@ fn bad_input(error: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(BAD_INPUT)
 }
 
+/// The providers, reading credentials where the template's arguments read their secrets.
+fn providers(args: &TemplateArgs) -> anyhow::Result<Providers> {
+    let secrets = Secrets {
+        dir: args.secrets_dir.clone(),
+    };
+    Providers::new(std::sync::Arc::new(secrets)).context("building the HTTP client")
+}
+
 /// Loads the template and builds the plan; any failure is bad input, before anything runs.
 fn prepare(args: &TemplateArgs, once: bool) -> Result<RunPlan, ExitCode> {
     let spec = live::load_template(&args.template, args.name.as_deref()).map_err(bad_input)?;
@@ -220,7 +228,7 @@ pub fn run(command: AnalysisCommand) -> anyhow::Result<ExitCode> {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
             };
-            let providers = Providers::new().context("building the HTTP client")?;
+            let providers = providers(&args.template)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -289,7 +297,7 @@ pub fn run(command: AnalysisCommand) -> anyhow::Result<ExitCode> {
                     "the window has more than 10,000 steps; use a larger --step",
                 ));
             }
-            let providers = Providers::new().context("building the HTTP client")?;
+            let providers = providers(&args.template)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;

@@ -308,7 +308,7 @@ subsets:
     );
     let requests: u64 = metadata["requests"].parse().unwrap();
 
-    let providers = Providers::new().unwrap();
+    let providers = Providers::new(Arc::new(NoSecrets)).unwrap();
     let query = format!(
         "sum(increase(http_requests_total{{subset=\"stable\",code=~\"5..\"}}[{WINDOW}s])) \
          / sum(increase(http_requests_total{{subset=\"stable\"}}[{WINDOW}s]))"
@@ -361,4 +361,14 @@ subsets:
     agent.shutdown().await;
     upstream_task.abort();
     let _ = upstream_task.await;
+}
+
+/// The parity test's queries read no secrets.
+#[derive(Debug)]
+struct NoSecrets;
+
+impl flotilla_core::analysis::SecretStore for NoSecrets {
+    fn read(&self, name: &str, key: &str) -> Result<String, String> {
+        Err(format!("secret {name}/{key}: this test has no secrets"))
+    }
 }

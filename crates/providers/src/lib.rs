@@ -1,5 +1,6 @@
-//! Flotilla's metric-provider adapters: Argo Rollouts' `prometheus`, `web` and `job` providers,
-//! behind the core's [`Measurer`] port.
+//! Flotilla's metric-provider adapters: Argo Rollouts' `prometheus`, `web`, `job`, `datadog`,
+//! `newRelic`, `influxdb`, `graphite` and `cloudWatch` providers, behind the core's [`Measurer`]
+//! port.
 //!
 //! [`Providers`] holds the HTTP clients the network providers share and dispatches each
 //! [`MeasureRequest`] on the provider block that is set. Every failure is an [`Outcome::Error`]
@@ -10,15 +11,31 @@
 //! IO and time drivers enabled (`Builder::enable_all`). Dropping one cancels the measurement; a
 //! job's whole process group is killed.
 
+mod cloudwatch;
+mod datadog;
+mod graphite;
 mod http;
+mod influxdb;
 mod job;
+mod newrelic;
 mod prometheus;
 mod web;
 
-use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
+use std::sync::Arc;
+
+use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome, SecretStore};
 
 /// The providers this crate implements, by their JSON key in a metric's `provider` block.
-pub const SUPPORTED: &[&str] = &["prometheus", "web", "job"];
+pub const SUPPORTED: &[&str] = &[
+    "prometheus",
+    "web",
+    "job",
+    "datadog",
+    "newRelic",
+    "influxdb",
+    "graphite",
+    "cloudWatch",
+];
 
 /// Why the shared HTTP clients could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +51,17 @@ pub struct Providers {
     secure: reqwest::Client,
     /// Skips TLS verification, for metrics that set `insecure: true`.
     insecure: reqwest::Client,
+    /// Where the Datadog, New Relic and InfluxDB credentials are read (Argo reads them from
+    /// Kubernetes Secrets).
+    secrets: Arc<dyn SecretStore>,
+    /// The AWS SDK client for CloudWatch, built from the standard chain on first use.
+    cloudwatch: cloudwatch::Shared,
 }
 
 impl Providers {
     /// Builds the shared clients (installing rustls' ring provider for the process if no
-    /// provider is installed yet).
-    pub fn new() -> Result<Providers, BuildError> {
+    /// provider is installed yet); credentials are read from `secrets`.
+    pub fn new(secrets: Arc<dyn SecretStore>) -> Result<Providers, BuildError> {
         // Err means another provider is already installed, which serves as well.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let secure = reqwest::Client::builder().build().map_err(BuildError)?;
@@ -47,7 +69,12 @@ impl Providers {
             .tls_danger_accept_invalid_certs(true)
             .build()
             .map_err(BuildError)?;
-        Ok(Providers { secure, insecure })
+        Ok(Providers {
+            secure,
+            insecure,
+            secrets,
+            cloudwatch: Default::default(),
+        })
     }
 
     fn client(&self, insecure: Option<bool>) -> &reqwest::Client {
@@ -75,6 +102,16 @@ impl Measurer for Providers {
                     web::measure(self.client(metric.insecure), metric).await
                 } else if let Some(metric) = &provider.job {
                     job::measure(metric).await
+                } else if let Some(metric) = &provider.datadog {
+                    datadog::measure(self, metric, request).await
+                } else if let Some(metric) = &provider.new_relic {
+                    newrelic::measure(self, metric, request).await
+                } else if let Some(metric) = &provider.influxdb {
+                    influxdb::measure(self, metric, request).await
+                } else if let Some(metric) = &provider.graphite {
+                    graphite::measure(self, metric, request).await
+                } else if let Some(metric) = &provider.cloud_watch {
+                    cloudwatch::measure(self, metric, request).await
                 } else {
                     Outcome::Error(format!(
                         "the {} provider is not supported by Flotilla yet",

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use common::{poll_until, request};
 use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
 use flotilla_core::spec::analysis::AnalysisPhase;
-use flotilla_providers::Providers;
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -76,7 +75,7 @@ async fn wait_until_gone(pid: i32) {
 
 #[tokio::test]
 async fn exit_zero_is_successful() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (phase, value, _) = decided(
         providers
             .measure(&job(json!(["sh", "-c", "exit 0"]), json!([]), None))
@@ -88,7 +87,7 @@ async fn exit_zero_is_successful() {
 
 #[tokio::test]
 async fn a_non_zero_exit_fails_with_the_code_and_the_output() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (phase, value, message) = decided(
         providers
             .measure(&job(
@@ -108,7 +107,7 @@ async fn a_non_zero_exit_fails_with_the_code_and_the_output() {
 
 #[tokio::test]
 async fn only_the_last_four_kib_of_output_are_kept() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let script = "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done";
     let (phase, _, message) = decided(
         providers
@@ -123,7 +122,7 @@ async fn only_the_last_four_kib_of_output_are_kept() {
 
 #[tokio::test]
 async fn container_env_reaches_the_process_and_expands_in_args() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (phase, _, message) = decided(
         providers
             .measure(&job(
@@ -147,7 +146,7 @@ async fn container_env_reaches_the_process_and_expands_in_args() {
 
 #[tokio::test]
 async fn the_deadline_fails_the_job_quickly_and_kills_the_whole_group() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("sleep.pid");
     // The sleep runs as a grandchild, so only killing the group reaches it.
@@ -172,7 +171,7 @@ async fn the_deadline_fails_the_job_quickly_and_kills_the_whole_group() {
 
 #[tokio::test]
 async fn processes_left_behind_by_a_finished_job_are_killed() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("sleep.pid");
     let script = format!("sleep 30 & echo $! > {}; echo done", pidfile.display());
@@ -190,7 +189,7 @@ async fn processes_left_behind_by_a_finished_job_are_killed() {
 
 #[tokio::test]
 async fn dropping_the_measurement_kills_the_process_group() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("sleep.pid");
     let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
@@ -207,7 +206,7 @@ async fn dropping_the_measurement_kills_the_process_group() {
 
 #[tokio::test]
 async fn jobs_flotilla_cannot_run_locally_are_errors() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let no_command = request(json!({"job": {"spec": {"template": {"spec": {
         "containers": [{"name": "c", "image": "curlimages/curl", "args": ["http://x"]}]
     }}}}}));

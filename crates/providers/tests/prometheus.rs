@@ -18,7 +18,6 @@ use flotilla_core::analysis::{
     Condition, MeasureRequest, Measurer, MetricResult, Outcome, compare,
 };
 use flotilla_core::spec::analysis::AnalysisPhase;
-use flotilla_providers::Providers;
 use serde_json::json;
 
 /// Latency buckets (seconds) and how many of each tick's 100 requests fall in each.
@@ -214,7 +213,7 @@ fn holds(condition: &str, result: &MetricResult) -> bool {
 async fn prometheus_measurements_against_a_real_server() {
     let binary = prometheus_binary();
     let started = Instant::now();
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
 
     // The exporter: real counters and a histogram, advanced by a traffic loop.
     let traffic = Arc::new(Mutex::new(Traffic::default()));
@@ -473,7 +472,7 @@ async fn prometheus_measurements_against_a_real_server() {
 
 #[tokio::test]
 async fn misconfigured_prometheus_metrics_are_errors() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let cases = [
         (
             json!({"query": "up"}),
@@ -538,7 +537,7 @@ fn latency_exposition(tick: u64, now: i64, step_at: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_comparison_judges_prometheus_range_queries() {
     let binary = prometheus_binary();
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let tick = Arc::new(Mutex::new(0u64));
     let step_at = Arc::new(Mutex::new(i64::MAX));
     let (exposed, step) = (tick.clone(), step_at.clone());

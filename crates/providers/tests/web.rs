@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::{Received, Reply, closed_port, request, serve};
 use flotilla_core::analysis::{Measurer, MetricResult, Outcome};
-use flotilla_providers::Providers;
 use serde_json::json;
 
 /// A server that records every request and answers by path.
@@ -56,7 +55,7 @@ fn value(outcome: Outcome) -> MetricResult {
 
 #[tokio::test]
 async fn get_selects_a_number_as_a_scalar_and_an_object_as_json() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     let number = providers
         .measure(&request(json!({"web": {
@@ -88,7 +87,7 @@ async fn get_selects_a_number_as_a_scalar_and_an_object_as_json() {
 
 #[tokio::test]
 async fn post_sends_the_json_body_and_headers_reach_the_server() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     let outcome = providers
         .measure(&request(json!({"web": {
@@ -117,7 +116,7 @@ async fn post_sends_the_json_body_and_headers_reach_the_server() {
 
 #[tokio::test]
 async fn put_sends_a_raw_body() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     let outcome = providers
         .measure(&request(json!({"web": {
@@ -135,7 +134,7 @@ async fn put_sends_a_raw_body() {
 
 #[tokio::test]
 async fn a_server_error_is_an_error_with_status_and_body() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, _) = server().await;
     let message = error(
         providers
@@ -149,7 +148,7 @@ async fn a_server_error_is_an_error_with_status_and_body() {
 
 #[tokio::test]
 async fn a_slow_server_times_out_after_timeout_seconds() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     let started = Instant::now();
     let message = error(
@@ -172,7 +171,7 @@ async fn a_slow_server_times_out_after_timeout_seconds() {
 
 #[tokio::test]
 async fn bad_or_missing_json_paths_are_errors() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     let bad = error(
         providers
@@ -198,7 +197,7 @@ async fn bad_or_missing_json_paths_are_errors() {
 
 #[tokio::test]
 async fn invalid_requests_are_refused_before_sending() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let (base, seen) = server().await;
     for (web, expected) in [
         (
@@ -227,7 +226,7 @@ async fn invalid_requests_are_refused_before_sending() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_named_and_secrets_stay_out_of_the_message() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let port = closed_port();
     let message = error(
         providers
@@ -251,15 +250,27 @@ async fn an_unreachable_server_is_named_and_secrets_stay_out_of_the_message() {
 
 #[tokio::test]
 async fn providers_flotilla_does_not_run_are_errors() {
-    let providers = Providers::new().unwrap();
+    let providers = common::providers();
     let message = error(
         providers
-            .measure(&request(json!({"datadog": {"query": "avg:x{*}"}})))
+            .measure(&request(json!({"wavefront": {"query": "ts(x)"}})))
             .await,
     );
     assert_eq!(
         message,
-        "the datadog provider is not supported by Flotilla yet"
+        "the wavefront provider is not supported by Flotilla yet"
     );
-    assert_eq!(flotilla_providers::SUPPORTED, ["prometheus", "web", "job"]);
+    assert_eq!(
+        flotilla_providers::SUPPORTED,
+        [
+            "prometheus",
+            "web",
+            "job",
+            "datadog",
+            "newRelic",
+            "influxdb",
+            "graphite",
+            "cloudWatch"
+        ]
+    );
 }

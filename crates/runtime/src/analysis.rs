@@ -218,6 +218,19 @@ pub fn plan(
                 )));
             }
         }
+        // A provider block that cannot run (Argo's Datadog rules, a missing query, a CloudWatch
+        // query without an id...) is bad input, refused before anything runs.
+        if let Some((field, message)) =
+            flotilla_core::analysis::provider_checks::problems(&metric.provider)
+                .into_iter()
+                .next()
+        {
+            return Err(InputError::Invalid(format!(
+                "{}: metric {:?}: provider.{field}: {message}",
+                file.display(),
+                metric.name
+            )));
+        }
     }
     Ok(plan)
 }

@@ -48,3 +48,9 @@ impl Secrets {
         Err(format!("secret {name}/{key} not found: set {env}"))
     }
 }
+
+impl flotilla_core::analysis::SecretStore for Secrets {
+    fn read(&self, name: &str, key: &str) -> Result<String, String> {
+        Secrets::read(self, name, key)
+    }
+}

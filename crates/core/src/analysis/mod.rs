@@ -6,11 +6,12 @@ pub mod compare;
 pub mod condition;
 pub mod plan;
 pub mod provider;
+pub mod provider_checks;
 pub mod replay;
 pub mod run;
 
 pub use condition::{Condition, ConditionError, MetricResult};
-pub use provider::{MeasureRequest, Measurer, Millis, Outcome};
+pub use provider::{MeasureRequest, Measurer, Millis, Outcome, SecretStore};
 
 use crate::spec::analysis::AnalysisPhase;
 

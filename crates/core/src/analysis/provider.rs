@@ -72,6 +72,17 @@ pub enum Outcome {
     Terminated,
 }
 
+/// Where providers read the credentials Argo's providers read from Kubernetes Secrets (Datadog's
+/// `datadog` Secret, New Relic's and InfluxDB's `profile`): a Secret's name and one key in it.
+///
+/// The runtime implements it over its secret sources (the environment, a secrets directory);
+/// a value never appears in an error message.
+pub trait SecretStore: Send + Sync + std::fmt::Debug {
+    /// One key of one Secret, or why it cannot be read (naming the Secret, the key and where it
+    /// was looked for).
+    fn read(&self, name: &str, key: &str) -> Result<String, String>;
+}
+
 /// A metric provider adapter.
 ///
 /// # Guarantees expected from implementations

@@ -206,6 +206,26 @@ pub(super) fn check_metrics(
                         format!("Flotilla cannot execute the {} provider yet; this metric parses and lints but cannot run", kinds[0]),
                     );
                 }
+                for (field, message) in crate::analysis::provider_checks::problems(&metric.provider)
+                {
+                    sink.error(
+                        loaded,
+                        "provider/fields",
+                        format!("{path}.provider.{field}"),
+                        message,
+                    );
+                }
+                if let Some((field, message)) =
+                    crate::analysis::provider_checks::credentials(&metric.provider)
+                {
+                    sink.push(
+                        loaded,
+                        crate::diagnostic::Severity::Note,
+                        "provider/credentials",
+                        format!("{path}.provider.{field}"),
+                        message,
+                    );
+                }
             }
             _ => sink.error(
                 loaded,

@@ -30,7 +30,16 @@ pub const INJECTED_ARGS: &[&str] = &["cluster", "region", "metrics-address"];
 /// Metric providers this version of Flotilla can execute (the runtime's provider adapters;
 /// a test there keeps the two lists equal). Templates using any other provider parse and lint,
 /// and get a warning.
-pub const EXECUTABLE_PROVIDERS: &[&str] = &["prometheus", "web", "job"];
+pub const EXECUTABLE_PROVIDERS: &[&str] = &[
+    "prometheus",
+    "web",
+    "job",
+    "datadog",
+    "newRelic",
+    "influxdb",
+    "graphite",
+    "cloudWatch",
+];
 
 /// Lint options.
 #[derive(Debug, Clone, Copy, Default)]

@@ -1334,10 +1334,40 @@ fn cases() -> Vec<Case> {
             )]),
         ),
         case(
+            "provider/fields",
+            E,
+            "spec.metrics[0].provider.datadog",
+            template_metric(&[("provider", "{datadog: {queries: {a: 'sum:errors{*}'}}}")]),
+            template_metric(&[(
+                "provider",
+                "{datadog: {apiVersion: v2, queries: {a: 'sum:errors{*}'}}}",
+            )]),
+        ),
+        case(
+            "provider/fields",
+            E,
+            "spec.metrics[0].provider.cloudWatch.metricDataQueries[0].metricStat",
+            template_metric(&[(
+                "provider",
+                "{cloudWatch: {metricDataQueries: [{id: e, metricStat: {metric: {namespace: Shop, metricName: Errors}, period: 60}}]}}",
+            )]),
+            template_metric(&[(
+                "provider",
+                "{cloudWatch: {metricDataQueries: [{id: e, metricStat: {metric: {namespace: Shop, metricName: Errors}, period: 60, stat: Sum}}]}}",
+            )]),
+        ),
+        case(
+            "provider/credentials",
+            N,
+            "spec.metrics[0].provider.influxdb",
+            template_metric(&[("provider", "{influxdb: {query: 'from(bucket: \"b\")'}}")]),
+            template_metric(&[]),
+        ),
+        case(
             "provider/not-executable",
             W,
-            "spec.metrics[0].provider.datadog",
-            template_metric(&[("provider", "{datadog: {query: 'avg:errors{canary}'}}")]),
+            "spec.metrics[0].provider.wavefront",
+            template_metric(&[("provider", "{wavefront: {query: 'ts(errors)'}}")]),
             template_metric(&[]),
         ),
         case(

@@ -60,6 +60,37 @@ pub struct FileLoad {
     pub manifests: Vec<LoadedManifest>,
     /// Errors (the file or a document could not be decoded) and notes (ignored kinds).
     pub diagnostics: Vec<Diagnostic>,
+    /// The file's ConfigMaps (`apiVersion: v1`, `kind: ConfigMap`), as read: no kind Flotilla
+    /// checks (lint notes them as ignored), kept for a caller that reads one of its own (the
+    /// daemon's Argo Rollouts notification configuration).
+    pub config_maps: Vec<ConfigMapDocument>,
+}
+
+/// A ConfigMap document as read, with where each of its fields is.
+#[derive(Debug, Clone)]
+pub struct ConfigMapDocument {
+    /// The file, as the user named it.
+    pub file: String,
+    /// The document (its value and field locations).
+    pub document: Document,
+}
+
+impl ConfigMapDocument {
+    /// Whether a document is a ConfigMap (core group `v1`).
+    fn of(file: &str, document: &Document) -> Option<ConfigMapDocument> {
+        let is = document.value["kind"] == "ConfigMap" && document.value["apiVersion"] == "v1";
+        is.then(|| ConfigMapDocument {
+            file: file.to_owned(),
+            document: document.clone(),
+        })
+    }
+
+    /// `metadata.name`, or empty.
+    pub fn name(&self) -> &str {
+        self.document.value["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+    }
 }
 
 fn file_diagnostic(
@@ -149,6 +180,8 @@ pub fn load_bytes(file: &str, bytes: &[u8]) -> FileLoad {
         return load;
     }
     for document in documents {
+        load.config_maps
+            .extend(ConfigMapDocument::of(file, &document));
         match decode_document(file, document) {
             Decoded::Manifest(manifest, notes) => {
                 load.diagnostics.extend(notes);
@@ -479,6 +512,21 @@ mod tests {
         assert!(errors(&load).is_empty());
         assert_eq!(load.diagnostics[0].severity, Severity::Note);
         assert_eq!(load.diagnostics[0].kind, "VirtualService");
+    }
+
+    #[test]
+    fn config_maps_are_kept_as_read_and_still_noted_as_ignored() {
+        let load = load_bytes(
+            "f.yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata:\n  a.b: |\n    x\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n",
+        );
+        assert!(errors(&load).is_empty());
+        assert_eq!(load.diagnostics.len(), 2, "both noted as ignored kinds");
+        assert_eq!(load.config_maps.len(), 1, "only the ConfigMap is kept");
+        let cm = &load.config_maps[0];
+        assert_eq!((cm.file.as_str(), cm.name()), ("f.yaml", "cm"));
+        assert_eq!(cm.document.value["data"]["a.b"], "x\n");
+        assert_eq!(cm.document.locations.find("data.a.b").line, 5);
     }
 
     #[test]

@@ -154,3 +154,38 @@ where
         );
     }
 }
+
+/// Secrets the tests hand the providers: `(secret, key) -> value`, nothing else.
+#[derive(Debug, Default, Clone)]
+pub struct TestSecrets(pub std::collections::BTreeMap<(String, String), String>);
+
+impl TestSecrets {
+    /// The given `(secret, key, value)` triples.
+    pub fn of(entries: &[(&str, &str, &str)]) -> TestSecrets {
+        TestSecrets(
+            entries
+                .iter()
+                .map(|(s, k, v)| ((s.to_string(), k.to_string()), v.to_string()))
+                .collect(),
+        )
+    }
+}
+
+impl flotilla_core::analysis::SecretStore for TestSecrets {
+    fn read(&self, name: &str, key: &str) -> Result<String, String> {
+        self.0
+            .get(&(name.to_owned(), key.to_owned()))
+            .cloned()
+            .ok_or_else(|| format!("secret {name}/{key} not found"))
+    }
+}
+
+/// Providers with no secrets.
+pub fn providers() -> flotilla_providers::Providers {
+    with_secrets(&[])
+}
+
+/// Providers reading the given `(secret, key, value)` triples.
+pub fn with_secrets(entries: &[(&str, &str, &str)]) -> flotilla_providers::Providers {
+    flotilla_providers::Providers::new(std::sync::Arc::new(TestSecrets::of(entries))).unwrap()
+}

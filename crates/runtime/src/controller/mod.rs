@@ -13,6 +13,7 @@
 //! re-asserted (idempotently) and in-flight measurements are taken again.
 
 pub mod api;
+pub mod argo_notifications;
 pub mod backends;
 pub mod client;
 pub mod config;
@@ -105,6 +106,14 @@ pub async fn serve(
     };
     let (mut set, _) = source.load()?;
     source::read_secrets(&mut set, &secrets);
+    // Argo Rollouts' notification configuration, from the same source: refused before anything
+    // starts when it is invalid.
+    let argo = Arc::new(argo_notifications::Current::default());
+    argo.set(load_argo_notifications(&set, &secrets, false).map_err(|e| {
+        ServeError::Invalid(format!(
+            "the Argo Rollouts notification configuration is invalid; nothing was started:\n{e}"
+        ))
+    })?);
     // Nothing can run at a first start whose every fleet is invalid: refused before anything
     // (store, token) is created.
     if set.desired.is_empty() && !config.store.exists() {
@@ -132,7 +141,7 @@ pub async fn serve(
         .map(|r| (r.name.clone(), r))
         .collect();
     let wiring = fleet::Wiring {
-        providers: flotilla_providers::Providers::new()
+        providers: flotilla_providers::Providers::new(Arc::new(secrets.clone()))
             .map_err(|e| ServeError::Io(e.to_string()))?,
         tick: Duration::from_millis(config.tick_ms),
         correct_drift: matches!(
@@ -236,6 +245,7 @@ pub async fn serve(
     let notifier = tokio::spawn(notify::run(
         store.clone(),
         config.notifications.clone(),
+        argo.clone(),
         metrics.clone(),
         notify_wake.clone(),
     ));
@@ -298,6 +308,32 @@ pub async fn serve(
                     None => {}
                     Some(Ok((mut set, commit))) => {
                         source::read_secrets(&mut set, &secrets);
+                        // A refused notification configuration leaves the one in force, and
+                        // so does a commit whose files that could hold it cannot be read.
+                        match load_argo_notifications(&set, &secrets, argo.get().is_some()) {
+                            Ok(loaded) => {
+                                if argo.set(loaded) {
+                                    tracing::info!(commit = %commit, "the Argo Rollouts notification configuration changed");
+                                }
+                            }
+                            Err(e) => {
+                                let message = format!(
+                                    "commit {}: the Argo Rollouts notification configuration was refused; the one in force stays: {e}",
+                                    &commit[..commit.len().min(12)]
+                                );
+                                tracing::error!("{message}");
+                                for controller in controllers.iter() {
+                                    extra.push(AuditEntry::new(
+                                        now,
+                                        controller.name(),
+                                        &controller.record.state.revision,
+                                        AuditKind::Sync,
+                                        None,
+                                        message.clone(),
+                                    ));
+                                }
+                            }
+                        }
                         for controller in controllers.iter_mut() {
                             if let Some(d) = set.desired.iter().find(|d| {
                                 d.fleet_rollout.metadata.name.as_deref() == Some(controller.name())
@@ -448,6 +484,32 @@ pub async fn serve(
     server.abort();
     notifier.abort();
     result
+}
+
+/// Argo Rollouts' notification configuration of a desired state (None: the source has none),
+/// its warnings logged; `in_force`: a configuration is in force, which files that cannot be
+/// read may hold (`argo_notifications::Config::from_source`).
+fn load_argo_notifications(
+    set: &source::DesiredSet,
+    secrets: &crate::secrets::Secrets,
+    in_force: bool,
+) -> Result<Option<argo_notifications::Config>, String> {
+    let config = argo_notifications::Config::from_source(
+        &set.config_maps,
+        &set.unattributed,
+        in_force,
+        &|key| secrets.read(argo_notifications::SECRET, key),
+    )?;
+    if let Some(config) = &config {
+        tracing::info!(
+            "Argo Rollouts notifications: {}",
+            argo_notifications::describe(config)
+        );
+        for warning in &config.warnings {
+            tracing::warn!("Argo Rollouts notifications: {}: {warning}", config.file);
+        }
+    }
+    Ok(config)
 }
 
 /// The shortest time between two ticks brought forward by answers that may change a decision.

@@ -17,7 +17,10 @@ fn desired(image: &str) -> super::Desired {
 /// The wiring of a controller the tests drive by hand (no cluster is reached).
 fn wiring() -> super::Wiring {
     super::Wiring {
-        providers: flotilla_providers::Providers::new().unwrap(),
+        providers: flotilla_providers::Providers::new(std::sync::Arc::new(
+            crate::secrets::Secrets::default(),
+        ))
+        .unwrap(),
         tick: std::time::Duration::from_secs(1),
         correct_drift: false,
         backends: crate::controller::backends::Backends::agents(Default::default()),
@@ -182,7 +185,10 @@ spec:
     /// The wiring of a controller ticking every 100 ms, its clusters reached through `backends`.
     fn wiring_with(backends: Backends) -> super::super::Wiring {
         super::super::Wiring {
-            providers: flotilla_providers::Providers::new().unwrap(),
+            providers: flotilla_providers::Providers::new(std::sync::Arc::new(
+                crate::secrets::Secrets::default(),
+            ))
+            .unwrap(),
             tick: Duration::from_millis(100),
             correct_drift: false,
             backends,

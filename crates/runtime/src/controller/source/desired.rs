@@ -27,6 +27,9 @@ pub struct DesiredSet {
     /// was): reported, and they keep every fleet that is not in `desired` on its last valid
     /// state, since such a fleet's inputs may be in them.
     pub unattributed: Vec<String>,
+    /// The source's ConfigMaps, as read (the daemon reads its Argo Rollouts notification
+    /// configuration from them: `controller::argo_notifications`).
+    pub config_maps: Vec<flotilla_core::manifest::ConfigMapDocument>,
 }
 
 impl DesiredSet {

@@ -89,17 +89,25 @@ impl Source {
             Source::Files(path) => {
                 let (manifest_files, overlays) = files::split_overlays(std::slice::from_ref(path))
                     .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                let (manifests, diagnostics) = files::load_files(&manifest_files)
-                    .map_err(|e| ServeError::Invalid(e.to_string()))?;
-                Ok((
-                    desired_from(
-                        &manifests,
-                        diagnostics,
-                        &overlays,
-                        &path.display().to_string(),
-                    ),
-                    String::new(),
-                ))
+                let mut manifests = Vec::new();
+                let mut diagnostics = Vec::new();
+                let mut config_maps = Vec::new();
+                for file in &manifest_files {
+                    let bytes = files::read_manifest_file(file)
+                        .map_err(|e| ServeError::Invalid(e.to_string()))?;
+                    let load = manifest::load_bytes(&file.display().to_string(), &bytes);
+                    manifests.extend(load.manifests);
+                    diagnostics.extend(load.diagnostics);
+                    config_maps.extend(load.config_maps);
+                }
+                let mut set = desired_from(
+                    &manifests,
+                    diagnostics,
+                    &overlays,
+                    &path.display().to_string(),
+                );
+                set.config_maps = config_maps;
+                Ok((set, String::new()))
             }
             Source::Git(git) => {
                 let checkout = git.checkout.lock().expect("checkout lock");
@@ -186,6 +194,7 @@ impl GitSource {
         let mut manifests = Vec::new();
         let mut diagnostics = Vec::new();
         let mut overlays = Vec::new();
+        let mut config_maps = Vec::new();
         for (path, bytes) in files.iter().filter(|(p, _)| is_manifest(p)) {
             let inner = path
                 .strip_prefix(prefix)
@@ -197,13 +206,16 @@ impl GitSource {
             let load = manifest::load_bytes(&format!("{path}@{short}"), bytes);
             manifests.extend(load.manifests);
             diagnostics.extend(load.diagnostics);
+            config_maps.extend(load.config_maps);
         }
-        Ok(desired_from(
+        let mut set = desired_from(
             &manifests,
             diagnostics,
             &overlays,
             &format!("{}@{short}:{}", self.config.url, self.config.path),
-        ))
+        );
+        set.config_maps = config_maps;
+        Ok(set)
     }
 }
 

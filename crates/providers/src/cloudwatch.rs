@@ -266,22 +266,8 @@ where
         SdkError::TimeoutError(_) => {
             format!("{place}: timed out after {}s", OPERATION_TIMEOUT.as_secs())
         }
-        other => format!("{place}: {}", chain(other)),
+        other => format!("{place}: {}", crate::http::error_chain(other)),
     }
-}
-
-/// An error and its sources, `: `-separated, each said once.
-fn chain(error: &dyn Error) -> String {
-    let mut parts: Vec<String> = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p == &text) {
-            parts.push(text);
-        }
-        source = cause.source();
-    }
-    parts.join(": ")
 }
 
 /// Records the endpoint (scheme, host and port) a call resolved, for its error message.

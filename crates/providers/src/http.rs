@@ -1,7 +1,6 @@
 //! What the HTTP providers share: headers that never leak their values, bounded body reads,
 //! addresses with their passwords redacted, and error messages that name the address and cause.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use flotilla_core::spec::analysis::{Authentication, WebMetricHeader};
@@ -108,7 +107,19 @@ pub(crate) fn describe_error(
     timeout: Duration,
 ) -> String {
     let timed_out = error.is_timeout();
-    let error = error.without_url();
+    let cause = error_chain(&error.without_url());
+    if timed_out {
+        format!(
+            "{method} {shown}: timed out after {}s ({cause})",
+            timeout.as_secs_f64()
+        )
+    } else {
+        format!("{method} {shown}: {cause}")
+    }
+}
+
+/// An error and its sources, `: `-separated, each said once.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut parts: Vec<String> = vec![error.to_string()];
     let mut source = error.source();
     while let Some(cause) = source {
@@ -118,15 +129,7 @@ pub(crate) fn describe_error(
         }
         source = cause.source();
     }
-    let cause = parts.join(": ");
-    if timed_out {
-        format!(
-            "{method} {shown}: timed out after {}s ({cause})",
-            timeout.as_secs_f64()
-        )
-    } else {
-        format!("{method} {shown}: {cause}")
-    }
+    parts.join(": ")
 }
 
 /// The endpoint as messages show it: redacted, without query string or fragment.

@@ -159,7 +159,7 @@ fn adapters_depend_on_the_core_only() {
             .into_iter()
             .filter(|p| p.starts_with("flotilla"))
             .collect();
-        let allowed: BTreeSet<String> = if matches!(adapter, "flotilla-git" | "flotilla-kube") {
+        let allowed: BTreeSet<String> = if adapter == "flotilla-git" {
             BTreeSet::new()
         } else {
             BTreeSet::from(["flotilla-core".to_owned()])

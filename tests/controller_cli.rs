@@ -7,12 +7,14 @@
 //! machine's two cores at once (their latency objectives are real; each fleet is light: four
 //! agents under 40 requests/s each, one daemon, the demo's process workloads).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{first_line, flotilla, json_field};
 use flotilla_agent::loadgen::{self, Target};
 use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
@@ -45,24 +47,6 @@ fn fleet_slot() -> Slot {
     Slot
 }
 
-fn flotilla() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flotilla"))
-}
-
-fn first_line(child: &mut Child) -> String {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("read the first line");
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-            sink.clear();
-        }
-    });
-    line
-}
-
 fn git(dir: &Path, args: &[&str]) -> String {
     flotilla_git::cli::git(
         dir,
@@ -70,12 +54,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
         &flotilla_git::Identity::new("Dev", "dev@example.test"),
     )
     .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn json_field(line: &str, field: &str) -> String {
-    let value: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
-    value[field].as_str().expect("field").to_owned()
 }
 
 /// Load at 40 requests/s that lasts until [`Load::finish`] (at most ten minutes): as long as the
@@ -909,7 +887,8 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
         stderr.contains("m.yaml:") && stderr.contains("steps[2].setWeight"),
         "{stderr}"
     );
-    // A cluster the daemon cannot drive.
+    // A cluster the daemon cannot drive: a Kubernetes cluster whose Rollout spec would be
+    // read from the cluster (`rolloutSource: cluster`, not built yet).
     let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0).replacen(
         "endpoint: {agent: \"http://127.0.0.1:1\"}",
         "endpoint: {kubernetes: {server: \"https://127.0.0.1:6443\"}}",
@@ -920,7 +899,8 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("spec.clusters[0].endpoint") && stderr.contains("drives only agents"),
+        stderr.contains("spec.clusters[0].endpoint.kubernetes")
+            && stderr.contains("fleet/kubernetes-rollout-source"),
         "{stderr}"
     );
     assert!(!dir.path().join("s.redb").exists(), "a store was created");

@@ -7,13 +7,15 @@
 //! Light on purpose (one agent, one cluster, one wave): the fleet behaviour itself is
 //! `tests/controller_cli.rs`'s.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{first_line, flotilla, json_field};
 use flotilla_agent::loadgen::{self, Target};
 use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
@@ -24,31 +26,6 @@ const CHANNEL: &str = "flotilla-alerts";
 /// The bot token, read from Flotilla's secret sources as `argo-rollouts-notification-secret`'s
 /// `slack-token`.
 const TOKEN: &str = "xoxb-flotilla-e2e";
-
-fn flotilla() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flotilla"))
-}
-
-/// The first stdout line of a child (its address line); the rest is drained.
-fn first_line(child: &mut Child) -> String {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("read the first line");
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-            sink.clear();
-        }
-    });
-    line
-}
-
-fn json_field(line: &str, field: &str) -> String {
-    let value: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
-    value[field].as_str().expect("field").to_owned()
-}
 
 /// Seed 004's ConfigMap, as the seed writes it.
 fn seed_004_config_map() -> String {

@@ -52,6 +52,7 @@ impl AgentBackend {
             mirroring: true,
             mirror_headers: 1,
             mirror_method_path: false,
+            templates: false,
         }
     }
 

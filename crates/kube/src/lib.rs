@@ -1,7 +1,9 @@
-//! Flotilla's Kubernetes adapter: what Argo Rollouts' controller computes for a Rollout, bit for
-//! bit, so that Flotilla can drive Argo-labelled Rollouts beside it. So far: the pod-template
-//! hash that names a Rollout's ReplicaSets ([`pod_template_hash`]).
+//! Flotilla's Kubernetes adapter: Argo-labelled Rollouts driven through a cluster's API server as
+//! Argo Rollouts' controller drives them. [`pod_template_hash`] (the core's) is Argo's hash that
+//! names a Rollout's ReplicaSets, bit for bit; [`backend`] is the core's cluster-backend port over one
+//! cluster ([`KubeBackend`]).
 
-pub mod pod_template_hash;
+pub mod backend;
 
-pub use pod_template_hash::{HashError, go_json, pod_template_hash};
+pub use backend::KubeBackend;
+pub use flotilla_core::rollout::pod_template_hash::{HashError, go_json, pod_template_hash};

@@ -1,4 +1,4 @@
-//! Flotilla's pod-template hash is checked (in `flotilla-kube`'s unit tests) against golden
+//! Flotilla's pod-template hash is checked (in `flotilla-core`'s unit tests) against golden
 //! vectors and a Go type graph committed beside it. This test shows that they are what Argo
 //! Rollouts computes: it builds the podhash helper from the test environment's module graph
 //! (Argo Rollouts v1.10's `utils/hash.ComputePodTemplateHash`, Kubernetes' own types), runs it
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 fn committed(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kube/src/pod_template_hash")
+        .join("../core/src/rollout/pod_template_hash")
         .join(name)
 }
 

@@ -35,6 +35,10 @@ pub struct Capabilities {
     pub mirror_headers: usize,
     /// Mirror routes: whether method and path conditions are supported.
     pub mirror_method_path: bool,
+    /// Whether the backend makes workloads from pod templates and applies the Rollout itself
+    /// (Kubernetes): its desired state then carries each revision's template and the Rollout.
+    #[serde(default)]
+    pub templates: bool,
 }
 
 /// A capability a Rollout needs and the backend lacks.

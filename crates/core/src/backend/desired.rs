@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::rollout::{RevisionNumber, RolloutState, Weights};
+use crate::rollout::{PauseCondition, Phase, RevisionNumber, RolloutState, Weights};
 use crate::spec::rollout::{HeaderRoutingMatch, Rollout, RouteMatch};
+use crate::time::Millis;
 
 /// One revision the cluster should run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +20,37 @@ pub struct DesiredRevision {
     pub image: String,
     /// Replicas the engine asks for (None: it has not asked; what runs is left as it is).
     pub replicas: Option<i32>,
+    /// The revision's pod template (`spec.template` of its Rollout), for backends that create
+    /// workloads from it (Kubernetes: the ReplicaSet's template and its pod-template hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<serde_json::Value>,
+}
+
+/// Where the engine is in the update, as a backend reports it in the cluster (Kubernetes: the
+/// Rollout's `status`, as Argo writes it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredProgress {
+    /// The canary step being executed (== the number of steps once all are done).
+    pub step_index: Option<u32>,
+    /// The phase.
+    pub phase: Phase,
+    /// The phase's message.
+    pub message: String,
+    /// Whether the update is aborted.
+    pub abort: bool,
+    /// When it was aborted.
+    pub aborted_at: Option<Millis>,
+    /// Why it was aborted.
+    pub abort_cause: String,
+    /// Pause conditions in effect.
+    pub pause_conditions: Vec<PauseCondition>,
+    /// Whether the controller itself paused (inconclusive analysis).
+    pub controller_pause: bool,
+    /// Whether `promote --full` was requested and not yet done.
+    pub promote_full: bool,
+    /// Whether the progress deadline was exceeded.
+    pub deadline_exceeded: bool,
 }
 
 /// A mirror route in effect.
@@ -54,6 +86,13 @@ pub struct ClusterDesired {
     /// Every route name the Rollout owns (`trafficRouting.managedRoutes`): a backend removes
     /// those not in effect, and never touches a route by another name.
     pub managed_routes: std::collections::BTreeSet<String>,
+    /// Where the engine is (for backends that report it in the cluster).
+    #[serde(default)]
+    pub progress: DesiredProgress,
+    /// The Rollout the cluster runs, as a manifest, for backends that apply its spec
+    /// (Kubernetes with `rolloutSource: flotilla`); filled by the runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<serde_json::Value>,
 }
 
 impl ClusterDesired {
@@ -75,6 +114,7 @@ impl ClusterDesired {
                         hash: revision.hash.clone(),
                         image: images.get(&revision.hash).cloned().unwrap_or_default(),
                         replicas: state.desired_replicas.get(&revision.number).copied(),
+                        template: None,
                     },
                 )
             })
@@ -97,6 +137,19 @@ impl ClusterDesired {
                 .and_then(|c| c.traffic_routing.as_ref())
                 .map(|r| r.managed_routes.iter().map(|m| m.name.clone()).collect())
                 .unwrap_or_default(),
+            progress: DesiredProgress {
+                step_index: state.step_index,
+                phase: state.phase,
+                message: state.message.clone(),
+                abort: state.abort,
+                aborted_at: state.aborted_at,
+                abort_cause: state.abort_cause.clone(),
+                pause_conditions: state.pause_conditions.clone(),
+                controller_pause: state.controller_pause,
+                promote_full: state.promote_full,
+                deadline_exceeded: state.deadline_exceeded,
+            },
+            rollout: None,
         }
     }
 

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use capabilities::{Capabilities, Missing, missing};
-pub use desired::{ClusterDesired, DesiredRevision, MirrorRoute};
+pub use desired::{ClusterDesired, DesiredProgress, DesiredRevision, MirrorRoute};
 
 use crate::analysis::{MeasureRequest, Outcome};
 use crate::rollout::{Observed, ReplicaCounts, RevisionNumber, Weights};
@@ -66,6 +66,18 @@ pub enum BackendError {
         /// What conflicted.
         message: String,
     },
+    /// Another field manager owns a field the desired state sets (Kubernetes server-side apply,
+    /// never forced): the cluster is held with a condition naming the field and the manager
+    /// until the other writer lets go or the desired state changes; Flotilla does not fight.
+    #[error("ownership conflict: {field} is owned by {manager}: {message}")]
+    OwnershipConflict {
+        /// The contested field path (`spec.template`).
+        field: String,
+        /// The field manager that owns it.
+        manager: String,
+        /// The cluster's own words.
+        message: String,
+    },
     /// The cluster refused the desired state as invalid: the cluster is held with a condition
     /// naming the field until the desired state changes.
     #[error("invalid {field}: {message}")]
@@ -98,6 +110,11 @@ impl BackendError {
             } => format!("Forbidden: cannot {verb} {resource}: {message}"),
             BackendError::Conflict { message } => format!("Conflict: {message}"),
             BackendError::Invalid { field, message } => format!("Invalid {field}: {message}"),
+            BackendError::OwnershipConflict {
+                field,
+                manager,
+                message,
+            } => format!("OwnershipConflict: {field} is owned by {manager}: {message}"),
         }
     }
 }

@@ -350,8 +350,18 @@ pub fn plan_key(spec: &AnalysisTemplateSpec, values: &BTreeMap<String, ArgValue>
 /// The injected argument of a wave-level analysis: the wave's number, 1-based.
 pub const WAVE_ARG: &str = "wave";
 
-/// Argument values given as a literal `value`, or as `valueFrom.podTemplateHashValue` (the
-/// Rollout's pod-template hash); other sources are left for the template's defaults.
+/// The value Argo gives `valueFrom.podTemplateHashValue`: its pod-template hash of the Rollout's
+/// template, the label its Pods carry (`rollouts-pod-template-hash`) and the metrics scraped from
+/// them; the core's own hash for a template Go could not decode (lint reports it).
+fn argo_hash(rollout: &Rollout) -> String {
+    serde_json::to_value(&rollout.spec.template)
+        .ok()
+        .and_then(|t| crate::rollout::pod_template_hash::pod_template_hash(&t, None).ok())
+        .unwrap_or_else(|| template_hash(rollout))
+}
+
+/// Argument values given as a literal `value`, or as `valueFrom.podTemplateHashValue` (Argo's
+/// pod-template hash of the Rollout); other sources are left for the template's defaults.
 fn argument_values(rollout: &Rollout, args: &[AnalysisRunArgument]) -> BTreeMap<String, ArgValue> {
     let mut values = BTreeMap::new();
     for arg in args {
@@ -363,7 +373,7 @@ fn argument_values(rollout: &Rollout, args: &[AnalysisRunArgument]) -> BTreeMap<
             .and_then(|v| v.pod_template_hash_value)
             .is_some()
         {
-            values.insert(arg.name.clone(), ArgValue::plain(template_hash(rollout)));
+            values.insert(arg.name.clone(), ArgValue::plain(argo_hash(rollout)));
         }
     }
     values

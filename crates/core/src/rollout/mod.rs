@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod model;
+pub mod pod_template_hash;
 
 pub use engine::{reconcile, reconcile_with_hash, template_hash};
 pub use model::*;

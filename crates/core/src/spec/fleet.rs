@@ -63,20 +63,52 @@ pub struct ClusterEndpoint {
     /// The control API of a Flotilla agent (`http://127.0.0.1:7101`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
-    /// A Kubernetes API server (not driven by this version; lint warns).
+    /// A Kubernetes API server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubernetesEndpoint>,
 }
 
-/// A Kubernetes API endpoint.
+/// A Kubernetes API endpoint: how to reach the cluster's API server (a kubeconfig and one of
+/// its contexts, as `kubectl` would) and where the Rollout lives.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubernetesEndpoint {
-    /// API server URL.
-    pub server: String,
+    /// A kubeconfig file (relative paths from the controller's working directory; default: what
+    /// `kubectl` reads, `$KUBECONFIG` or `~/.kube/config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// The kubeconfig context (default: its `current-context`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// API server URL, replacing the context's cluster server when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// Namespace the Rollout lives in (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Who owns the Rollout's `spec` in this cluster, overriding the FleetRollout's
+    /// `rolloutSource`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_source: Option<RolloutSource>,
+}
+
+/// Who owns a Kubernetes cluster's Rollout `spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RolloutSource {
+    /// Whoever applied it (Argo CD, Flux): Flotilla writes only its status and the objects it
+    /// owns.
+    #[default]
+    Cluster,
+    /// Flotilla applies the spec per cluster with its own field manager, never forced.
+    Flotilla,
+}
+
+impl KubernetesEndpoint {
+    /// The namespace of the Rollout (`default` when unset).
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
+    }
 }
 
 /// A cluster's metrics provider.
@@ -127,6 +159,10 @@ pub struct FleetRolloutSpec {
     /// What a new fleet revision does to one in flight (default `supersede`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_new_revision: Option<NewRevisionPolicy>,
+    /// Who owns the Rollout's `spec` in Kubernetes clusters (default `cluster`); a cluster's
+    /// `endpoint.kubernetes.rolloutSource` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_source: Option<RolloutSource>,
 }
 
 /// Wave membership: an explicit list, or ordered label-selector steps. Exactly one is set.

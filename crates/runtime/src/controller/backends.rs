@@ -1,17 +1,28 @@
 //! Which backend drives each cluster of a Fleet: the only place in the controller that knows
-//! backend kinds (today the Flotilla agent; a Kubernetes API server is its own issue). The fleet
-//! controller sees only the core's [`ClusterBackend`] port.
+//! backend kinds (a Flotilla agent, a Kubernetes API server). The fleet controller sees only the
+//! core's [`ClusterBackend`] port.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_agent_backend::{AgentBackend, AgentClient};
 use flotilla_core::backend::ClusterBackend;
-use flotilla_core::spec::fleet::Cluster;
+use flotilla_core::spec::fleet::{Cluster, RolloutSource};
+use flotilla_kube::KubeBackend;
 
 use super::config::AgentTokens;
 
-type Connect = dyn Fn(&Cluster) -> Result<Arc<dyn ClusterBackend>, String> + Send + Sync;
+/// What a cluster's backend drives there: the FleetRollout's Rollout, and who owns its spec
+/// (the FleetRollout's `rolloutSource`, which a cluster's own overrides).
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The Rollout's name.
+    pub rollout: String,
+    /// The FleetRollout's `spec.rolloutSource`.
+    pub rollout_source: Option<RolloutSource>,
+}
+
+type Connect = dyn Fn(&Cluster, &Target) -> Result<Arc<dyn ClusterBackend>, String> + Send + Sync;
 
 /// Makes each cluster's backend from its Fleet entry.
 #[derive(Clone)]
@@ -20,12 +31,33 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Clusters with an `agent` endpoint, each agent's control API called with its token.
-    pub fn agents(tokens: AgentTokens) -> Backends {
-        Backends::with(move |cluster: &Cluster| {
-            let Some(agent) = cluster.endpoint.as_ref().and_then(|e| e.agent.clone()) else {
+    /// Clusters with an `agent` endpoint (each agent's control API called with its token) and
+    /// clusters with a `kubernetes` endpoint (its kubeconfig and context).
+    pub fn standard(tokens: AgentTokens) -> Backends {
+        Backends::with(move |cluster: &Cluster, target: &Target| {
+            let endpoint = cluster.endpoint.as_ref();
+            if let Some(kubernetes) = endpoint.and_then(|e| e.kubernetes.clone()) {
+                let source = kubernetes
+                    .rollout_source
+                    .or(target.rollout_source)
+                    .unwrap_or_default();
+                if source == RolloutSource::Cluster {
+                    return Err(format!(
+                        "cluster {:?}: rolloutSource: cluster (the default) is not driven by this version of Flotilla; set rolloutSource: flotilla on the FleetRollout or the cluster's endpoint",
+                        cluster.name
+                    ));
+                }
+                return Ok(Arc::new(KubeBackend::new(
+                    &cluster.name,
+                    kubernetes,
+                    source,
+                    &target.rollout,
+                    crate::clock::wall_clock,
+                )) as Arc<dyn ClusterBackend>);
+            }
+            let Some(agent) = endpoint.and_then(|e| e.agent.clone()) else {
                 return Err(format!(
-                    "cluster {:?} has no agent endpoint; this version drives only agents",
+                    "cluster {:?} has no endpoint (agent or kubernetes)",
                     cluster.name
                 ));
             };
@@ -43,23 +75,33 @@ impl Backends {
 
     /// Backends made by `connect` (another kind of cluster, or a test's).
     pub fn with(
-        connect: impl Fn(&Cluster) -> Result<Arc<dyn ClusterBackend>, String> + Send + Sync + 'static,
+        connect: impl Fn(&Cluster, &Target) -> Result<Arc<dyn ClusterBackend>, String>
+        + Send
+        + Sync
+        + 'static,
     ) -> Backends {
         Backends {
             connect: Arc::new(connect),
         }
     }
 
-    /// The backend of `cluster`.
-    pub fn connect(&self, cluster: &Cluster) -> Result<Arc<dyn ClusterBackend>, String> {
-        (self.connect)(cluster)
+    /// The backend of `cluster`, driving `target` there.
+    pub fn connect(
+        &self,
+        cluster: &Cluster,
+        target: &Target,
+    ) -> Result<Arc<dyn ClusterBackend>, String> {
+        (self.connect)(cluster, target)
     }
 }
 
 /// What the backend of `cluster` can do, as `flotilla lint` checks a Rollout against it (None:
-/// a kind of cluster this version does not drive).
+/// a cluster without an endpoint).
 pub fn capabilities_of(cluster: &Cluster) -> Option<flotilla_core::backend::Capabilities> {
     let endpoint = cluster.endpoint.as_ref()?;
+    if endpoint.kubernetes.is_some() {
+        return Some(KubeBackend::capabilities());
+    }
     endpoint
         .agent
         .as_ref()

@@ -176,6 +176,7 @@ impl ClusterBackend for FakeBackend {
             mirroring: false,
             mirror_headers: 0,
             mirror_method_path: false,
+            templates: false,
         }
     }
 

@@ -148,7 +148,7 @@ pub async fn serve(
             &config.source,
             config::SourceConfig::Git { git, .. } if git.correct_drift
         ),
-        backends: backends::Backends::agents(config.agent_tokens.clone()),
+        backends: backends::Backends::standard(config.agent_tokens.clone()),
         urgent: Arc::new(Notify::new()),
     };
     let urgent = wiring.urgent.clone();

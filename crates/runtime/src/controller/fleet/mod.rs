@@ -180,7 +180,14 @@ impl FleetController {
             if !plan.clusters.contains_key(&cluster.name) {
                 continue;
             }
-            let backend = wiring.backends.connect(cluster).map_err(FleetError)?;
+            let target = super::backends::Target {
+                rollout: desired.fleet_rollout.spec.rollout.clone(),
+                rollout_source: desired.fleet_rollout.spec.rollout_source,
+            };
+            let backend = wiring
+                .backends
+                .connect(cluster, &target)
+                .map_err(FleetError)?;
             let lacks = missing(&desired.rollout, &backend.capabilities());
             if !lacks.is_empty() {
                 return Err(FleetError(lacking(
@@ -270,7 +277,30 @@ impl FleetController {
         let revisions = self.record.specs.revisions();
         let spec = self.machine.cluster_spec(name, &revisions)?;
         let cluster = self.machine.state().clusters.get(name)?;
-        Some(ClusterDesired::of(&cluster.rollout, &spec, &self.images))
+        let mut desired = ClusterDesired::of(&cluster.rollout, &spec, &self.images);
+        if self
+            .clusters
+            .get(name)
+            .is_some_and(|handle| handle.backend.capabilities().templates)
+        {
+            // A backend that makes workloads from pod templates (Kubernetes) gets each
+            // revision's template and the Rollout it applies.
+            let known: BTreeMap<&str, &flotilla_core::spec::rollout::Rollout> =
+                self.machine.known_specs().collect();
+            let specs = &self.record.specs;
+            for revision in desired.revisions.values_mut() {
+                let spec = known.get(revision.hash.as_str()).copied().or_else(|| {
+                    specs
+                        .history
+                        .iter()
+                        .chain([&specs.previous, &specs.next])
+                        .find(|spec| template_hash(spec) == revision.hash)
+                });
+                revision.template = spec.and_then(|s| serde_json::to_value(&s.spec.template).ok());
+            }
+            desired.rollout = serde_json::to_value(&spec).ok();
+        }
+        Some(desired)
     }
 
     /// One tick at `now` with the operator commands queued for this fleet.

@@ -23,7 +23,7 @@ fn wiring() -> super::Wiring {
         .unwrap(),
         tick: std::time::Duration::from_secs(1),
         correct_drift: false,
-        backends: crate::controller::backends::Backends::agents(Default::default()),
+        backends: crate::controller::backends::Backends::standard(Default::default()),
         urgent: Default::default(),
     }
 }
@@ -199,7 +199,7 @@ spec:
     /// Every cluster behind `fake`.
     fn behind(fake: &Arc<FakeBackend>) -> Backends {
         let backend = fake.clone();
-        Backends::with(move |_| Ok(backend.clone() as Arc<dyn ClusterBackend>))
+        Backends::with(move |_, _| Ok(backend.clone() as Arc<dyn ClusterBackend>))
     }
 
     /// A controller of one cluster behind `fake`, ticking every 100 ms.
@@ -475,7 +475,7 @@ spec:
         let east = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
         let west = Arc::new(FakeBackend::new("1.0", 2, Duration::from_millis(2500)));
         let (e, w) = (east.clone(), west.clone());
-        let wiring = wiring_with(Backends::with(move |cluster| {
+        let wiring = wiring_with(Backends::with(move |cluster, _| {
             Ok(if cluster.name == "east" {
                 e.clone() as Arc<dyn ClusterBackend>
             } else {

@@ -196,15 +196,14 @@ pub fn desired_from(
                     if cluster
                         .endpoint
                         .as_ref()
-                        .and_then(|e| e.agent.as_ref())
-                        .is_none()
+                        .is_none_or(|e| e.agent.is_none() && e.kubernetes.is_none())
                     {
                         diagnostics.push(loaded.diagnostic(
                             Severity::Error,
                             "serve/no-agent",
                             format!("spec.clusters[{i}].endpoint"),
                             format!(
-                                "cluster {:?} has no agent endpoint; `flotilla serve` drives only agents",
+                                "cluster {:?} has no endpoint; `flotilla serve` drives a cluster through its agent or its Kubernetes API server",
                                 cluster.name
                             ),
                         ));

@@ -1,0 +1,116 @@
+//! Operator commands issued in the cluster, read from the Rollout as `kubectl argo rollouts` and
+//! Argo CD's actions leave it: their merge patches on `status` (`abort: true`, `abort: false`,
+//! `promoteFull: true`, `pauseConditions: null`, `currentStepIndex` moved on) compared with the
+//! status Flotilla last wrote, so that Flotilla's own writes are never taken for an operator's.
+
+use flotilla_core::backend::{ClusterCommand, ClusterVerb};
+use serde_json::Value;
+
+/// The commands the Rollout `now` (as read) says were issued since Flotilla wrote `written`
+/// (the status it last wrote; None: it has written none, and nothing can be told apart).
+pub fn issued(now: &Value, written: Option<&Value>) -> Vec<ClusterCommand> {
+    let Some(written) = written else {
+        return Vec::new();
+    };
+    let status = &now["status"];
+    let version = now["metadata"]["resourceVersion"].as_str().unwrap_or("0");
+    let origin = origin(now);
+    let command = |verb: ClusterVerb, what: &str| ClusterCommand {
+        id: format!("{version}/{what}"),
+        origin: origin.clone(),
+        verb,
+    };
+    let flag = |value: &Value, field: &str| value[field].as_bool().unwrap_or(false);
+    let mut out = Vec::new();
+    if flag(status, "abort") && !flag(written, "abort") {
+        out.push(command(ClusterVerb::Abort, "abort"));
+        return out;
+    }
+    if status["abort"] == Value::Bool(false) && flag(written, "abort") {
+        out.push(command(ClusterVerb::Retry, "retry"));
+        return out;
+    }
+    if flag(status, "promoteFull") && !flag(written, "promoteFull") {
+        out.push(command(ClusterVerb::Promote { full: true }, "promote-full"));
+        return out;
+    }
+    let paused = |value: &Value| {
+        value["pauseConditions"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    };
+    let step = |value: &Value| value["currentStepIndex"].as_i64();
+    let skipped = matches!((step(status), step(written)), (Some(now), Some(then)) if now > then);
+    if (paused(written) && !paused(status)) || skipped {
+        out.push(command(ClusterVerb::Promote { full: false }, "promote"));
+    }
+    out
+}
+
+/// Who patched the status last, from `managedFields` (the latest entry on the `status`
+/// subresource that is not Flotilla's), as `kubectl-argo-rollouts (status)`.
+fn origin(rollout: &Value) -> String {
+    let fields = rollout["metadata"]["managedFields"].as_array();
+    let manager = fields.and_then(|all| {
+        all.iter()
+            .filter(|f| f["subresource"] == "status" || f["fieldsV1"]["f:status"].is_object())
+            .filter(|f| f["manager"] != super::objects::FIELD_MANAGER)
+            .max_by(|a, b| {
+                a["time"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .cmp(b["time"].as_str().unwrap_or_default())
+            })
+            .and_then(|f| f["manager"].as_str())
+    });
+    format!("{} (Rollout status)", manager.unwrap_or("an operator"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(status: Value) -> Value {
+        json!({
+            "metadata": {"resourceVersion": "42", "managedFields": [
+                {"manager": "flotilla", "subresource": "status", "time": "2026-01-01T00:00:09Z"},
+                {"manager": "kubectl-argo-rollouts", "subresource": "status", "time": "2026-01-01T00:00:05Z"},
+            ]},
+            "status": status,
+        })
+    }
+
+    #[test]
+    fn the_plugins_patches_become_commands_and_flotillas_own_writes_do_not() {
+        let written = json!({"abort": false, "pauseConditions": [{"reason": "CanaryPauseStep"}], "currentStepIndex": 1});
+        assert!(issued(&read(written.clone()), Some(&written)).is_empty());
+        assert!(issued(&read(json!({"abort": true})), None).is_empty());
+        let abort = issued(
+            &read(json!({"abort": true, "currentStepIndex": 1})),
+            Some(&written),
+        );
+        assert_eq!(abort.len(), 1);
+        assert_eq!(abort[0].verb, ClusterVerb::Abort);
+        assert_eq!(abort[0].id, "42/abort");
+        assert_eq!(abort[0].origin, "kubectl-argo-rollouts (Rollout status)");
+        let promote = issued(
+            &read(json!({"pauseConditions": null, "currentStepIndex": 1})),
+            Some(&written),
+        );
+        assert_eq!(promote[0].verb, ClusterVerb::Promote { full: false });
+        let skip = issued(
+            &read(json!({"currentStepIndex": 2, "pauseConditions": [{}]})),
+            Some(&written),
+        );
+        assert_eq!(skip[0].verb, ClusterVerb::Promote { full: false });
+        let full = issued(
+            &read(json!({"promoteFull": true, "pauseConditions": [{}], "currentStepIndex": 1})),
+            Some(&written),
+        );
+        assert_eq!(full[0].verb, ClusterVerb::Promote { full: true });
+        let aborted = json!({"abort": true});
+        let retry = issued(&read(json!({"abort": false})), Some(&aborted));
+        assert_eq!(retry[0].verb, ClusterVerb::Retry);
+    }
+}

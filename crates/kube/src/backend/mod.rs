@@ -1,0 +1,656 @@
+//! The Kubernetes cluster backend: the core's `ClusterBackend` port over one cluster's API
+//! server, driving one Argo-labelled Rollout as Argo Rollouts' controller would.
+//!
+//! - `ensure` applies the Rollout's spec when Flotilla owns it (`rolloutSource: flotilla`:
+//!   server-side apply with Flotilla's field manager, never forced, never `spec.replicas` when
+//!   an HPA targets the Rollout; a field owned by another manager is an `OwnershipConflict`),
+//!   creates and scales each revision's ReplicaSet (`objects`) and points the Rollout's Services
+//!   at their revisions;
+//! - `observe` reads the Rollout and its ReplicaSets (by the hash label, owned by the Rollout's
+//!   uid), maps them to the desired revisions by Argo's pod-template hash, and reports the
+//!   engine's progress in the Rollout's `status` as Argo writes it (`status`), a merge patch on
+//!   `/status` sent only when a field differs;
+//! - operator patches on that status (`kubectl argo rollouts abort`, `promote`…) are told apart
+//!   from Flotilla's own writes (`commands`) and handed to the fleet as commands; the status is
+//!   not rewritten over them until the engine has reacted.
+//!
+//! Errors are typed as the port says: 403 is `Forbidden` naming the verb and resource, 409
+//! `Conflict`, 400/422 `Invalid`, a transport failure `Unreachable`; a kubeconfig that cannot be
+//! read is `Invalid` naming the cluster and the file.
+
+pub mod commands;
+pub mod objects;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use flotilla_core::analysis::{MeasureRequest, Outcome};
+use flotilla_core::backend::capabilities::TrafficProviders;
+use flotilla_core::backend::{
+    BackendError, BoxFuture, Capabilities, ClusterBackend, ClusterCommand, ClusterDesired,
+    ClusterObserved, ObservedRevision, image_version,
+};
+use flotilla_core::rollout::{ReplicaCounts, RevisionNumber};
+use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
+use flotilla_core::time::Millis;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+
+use flotilla_core::rollout::pod_template_hash::pod_template_hash;
+use objects::{FIELD_MANAGER, HASH_LABEL, INSTANCE, INSTANCE_LABEL};
+
+/// How long Flotilla leaves an operator's status patch in place for the engine to react to it.
+const OPERATOR_HOLD: Duration = Duration::from_secs(5);
+
+/// Reads the caller's wall clock (milliseconds since the epoch).
+pub type Clock = fn() -> Millis;
+
+/// One Kubernetes cluster, one Rollout in it.
+pub struct KubeBackend {
+    cluster: String,
+    endpoint: KubernetesEndpoint,
+    source: RolloutSource,
+    rollout: String,
+    clock: Clock,
+    client: tokio::sync::Mutex<Option<kube::Client>>,
+    memory: Mutex<Memory>,
+}
+
+/// What the backend remembers between calls.
+#[derive(Default)]
+struct Memory {
+    /// The status Flotilla last wrote.
+    written: Option<Value>,
+    /// Operator commands read and not yet taken.
+    commands: Vec<ClusterCommand>,
+    /// An operator's patch being left in place: until the desired progress differs from this
+    /// one, or the hold expires.
+    hold: Option<(Value, Instant)>,
+}
+
+/// The Rollout kind.
+fn rollout_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"))
+}
+
+impl KubeBackend {
+    /// What a Kubernetes backend can do: replica-based canaries and blue-green (traffic routers
+    /// come with their own issue), no header or mirror routes.
+    pub fn capabilities() -> Capabilities {
+        Capabilities {
+            backend: "kubernetes".to_owned(),
+            traffic: TrafficProviders::Only(Vec::new()),
+            header_route_matches: 0,
+            mirroring: false,
+            mirror_headers: 0,
+            mirror_method_path: false,
+            templates: true,
+        }
+    }
+
+    /// The backend of cluster `cluster` reached through `endpoint`, driving the Rollout named
+    /// `rollout` whose spec `source` owns; `clock` is the caller's wall clock. Connects lazily:
+    /// a kubeconfig that cannot be read is the cluster's condition, not the fleet's failure.
+    pub fn new(
+        cluster: &str,
+        endpoint: KubernetesEndpoint,
+        source: RolloutSource,
+        rollout: &str,
+        clock: Clock,
+    ) -> KubeBackend {
+        KubeBackend {
+            cluster: cluster.to_owned(),
+            endpoint,
+            source,
+            rollout: rollout.to_owned(),
+            clock,
+            client: tokio::sync::Mutex::new(None),
+            memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.endpoint.namespace()
+    }
+
+    /// The cluster's client, made on first use from the kubeconfig.
+    async fn client(&self) -> Result<kube::Client, BackendError> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = &*slot {
+            return Ok(client.clone());
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let file = self.endpoint.kubeconfig.as_deref();
+        let invalid = |message: String| BackendError::Invalid {
+            field: "endpoint.kubernetes.kubeconfig".to_owned(),
+            message: format!(
+                "cluster {:?}: kubeconfig {}: {message}",
+                self.cluster,
+                file.unwrap_or("(default)")
+            ),
+        };
+        let kubeconfig = match file {
+            Some(path) => kube::config::Kubeconfig::read_from(path),
+            None => kube::config::Kubeconfig::read(),
+        }
+        .map_err(|e| invalid(error_chain(&e)))?;
+        let options = kube::config::KubeConfigOptions {
+            context: self.endpoint.context.clone(),
+            ..Default::default()
+        };
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| invalid(error_chain(&e)))?;
+        if let Some(server) = &self.endpoint.server {
+            config.cluster_url = server.parse().map_err(|e| BackendError::Invalid {
+                field: "endpoint.kubernetes.server".to_owned(),
+                message: format!("cluster {:?}: {server:?}: {e}", self.cluster),
+            })?;
+        }
+        config.default_namespace = self.namespace().to_owned();
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(15));
+        config.write_timeout = Some(Duration::from_secs(15));
+        let client = kube::Client::try_from(config).map_err(|e| invalid(error_chain(&e)))?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The error of a call `verb` on `resource`, typed.
+    fn fail(&self, verb: &str, resource: &str, error: kube::Error) -> BackendError {
+        match &error {
+            kube::Error::Api(status) => match status.code {
+                403 | 401 => BackendError::Forbidden {
+                    verb: verb.to_owned(),
+                    resource: resource.to_owned(),
+                    message: format!("cluster {:?}: {}", self.cluster, status.message),
+                },
+                409 => BackendError::Conflict {
+                    message: format!("{verb} {resource}: {}", status.message),
+                },
+                400 | 404 | 422 => BackendError::Invalid {
+                    field: resource.to_owned(),
+                    message: format!("cluster {:?}: {verb}: {}", self.cluster, status.message),
+                },
+                _ => BackendError::Unreachable {
+                    message: format!(
+                        "cluster {:?}: {verb} {resource}: {}",
+                        self.cluster, status.message
+                    ),
+                },
+            },
+            _ => BackendError::Unreachable {
+                message: format!(
+                    "cluster {:?}: {verb} {resource}: {}",
+                    self.cluster,
+                    error_chain(&error)
+                ),
+            },
+        }
+    }
+
+    /// The Rollout as read (None: it does not exist).
+    async fn read_rollout(&self, client: &kube::Client) -> Result<Option<Value>, BackendError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
+        let found = api
+            .get_opt(&self.rollout)
+            .await
+            .map_err(|e| self.fail("get", "rollouts.argoproj.io", e))?;
+        Ok(found.map(|o| serde_json::to_value(o).unwrap_or_default()))
+    }
+
+    /// Whether a HorizontalPodAutoscaler in the namespace targets the Rollout.
+    async fn hpa_targets(&self, client: &kube::Client) -> Result<bool, BackendError> {
+        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), self.namespace());
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| self.fail("list", "horizontalpodautoscalers.autoscaling", e))?;
+        Ok(list.items.iter().any(|hpa| {
+            hpa.spec.as_ref().is_some_and(|s| {
+                s.scale_target_ref.kind == "Rollout" && s.scale_target_ref.name == self.rollout
+            })
+        }))
+    }
+
+    /// Applies the Rollout's spec (`rolloutSource: flotilla`).
+    async fn apply_rollout(
+        &self,
+        client: &kube::Client,
+        desired: &ClusterDesired,
+    ) -> Result<(), BackendError> {
+        let manifest = desired
+            .rollout
+            .as_ref()
+            .ok_or_else(|| BackendError::Invalid {
+                field: "rollout".to_owned(),
+                message: "no Rollout manifest to apply".to_owned(),
+            })?;
+        let keep_replicas = self.hpa_targets(client).await?;
+        let applied = objects::applied_rollout(manifest, self.namespace(), keep_replicas);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
+        match api
+            .patch(
+                &self.rollout,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&applied),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let (manager, field) = objects::apply_conflict(&status.message);
+                Err(BackendError::OwnershipConflict {
+                    field,
+                    manager,
+                    message: format!("cluster {:?}: {}", self.cluster, status.message),
+                })
+            }
+            Err(e) => Err(self.fail("patch", "rollouts.argoproj.io", e)),
+        }
+    }
+
+    /// Argo's pod-template hash of each desired revision.
+    fn hashes(
+        &self,
+        desired: &ClusterDesired,
+        rollout: &Value,
+    ) -> Result<BTreeMap<RevisionNumber, String>, BackendError> {
+        let collisions = rollout["status"]["collisionCount"]
+            .as_i64()
+            .map(|c| c as i32);
+        let mut out = BTreeMap::new();
+        for (number, revision) in &desired.revisions {
+            let Some(template) = &revision.template else {
+                continue;
+            };
+            let hash =
+                pod_template_hash(template, collisions).map_err(|e| BackendError::Invalid {
+                    field: format!("spec.template.{}", e.path),
+                    message: e.message,
+                })?;
+            out.insert(*number, hash);
+        }
+        Ok(out)
+    }
+
+    /// The Rollout as read, checked to be Flotilla's to drive.
+    fn drivable(&self, rollout: Option<Value>) -> Result<Value, BackendError> {
+        let rollout = rollout.ok_or_else(|| BackendError::Invalid {
+            field: "rollout".to_owned(),
+            message: format!(
+                "cluster {:?}: Rollout {}/{} not found",
+                self.cluster,
+                self.namespace(),
+                self.rollout
+            ),
+        })?;
+        if rollout["metadata"]["labels"][INSTANCE_LABEL] != INSTANCE {
+            return Err(BackendError::Invalid {
+                field: format!("metadata.labels[{INSTANCE_LABEL}]"),
+                message: format!(
+                    "cluster {:?}: Rollout {}/{} is not labelled {INSTANCE_LABEL}: {INSTANCE}, so Argo's controller may drive it; Flotilla does not",
+                    self.cluster,
+                    self.namespace(),
+                    self.rollout
+                ),
+            });
+        }
+        Ok(rollout)
+    }
+
+    /// The Rollout's ReplicaSets (hash label, owned by its uid), by hash.
+    async fn replica_sets(
+        &self,
+        client: &kube::Client,
+        uid: &str,
+    ) -> Result<BTreeMap<String, ReplicaSet>, BackendError> {
+        let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
+        let list = api
+            .list(&ListParams::default().labels(HASH_LABEL))
+            .await
+            .map_err(|e| self.fail("list", "replicasets.apps", e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|rs| {
+                rs.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+            })
+            .filter_map(|rs| {
+                let hash = rs.metadata.labels.as_ref()?.get(HASH_LABEL)?.clone();
+                Some((hash, rs))
+            })
+            .collect())
+    }
+
+    async fn converge(&self, desired: &ClusterDesired) -> Result<(), BackendError> {
+        let client = self.client().await?;
+        if self.source == RolloutSource::Flotilla {
+            self.apply_rollout(&client, desired).await?;
+        }
+        let rollout = self.drivable(self.read_rollout(&client).await?)?;
+        let uid = rollout["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let hashes = self.hashes(desired, &rollout)?;
+        let existing = self.replica_sets(&client, &uid).await?;
+        let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
+        for (number, hash) in &hashes {
+            let revision = &desired.revisions[number];
+            let name = objects::replica_set_name(&self.rollout, hash);
+            match existing.get(hash) {
+                None => {
+                    let replicas = revision.replicas.unwrap_or(0);
+                    if replicas == 0 && desired.current != Some(*number) {
+                        continue;
+                    }
+                    let template = revision
+                        .template
+                        .as_ref()
+                        .expect("hashed revisions have templates");
+                    let manifest =
+                        objects::replica_set(&rollout, template, hash, *number, replicas);
+                    let rs: ReplicaSet =
+                        serde_json::from_value(manifest).map_err(|e| BackendError::Invalid {
+                            field: "spec.template".to_owned(),
+                            message: e.to_string(),
+                        })?;
+                    match api.create(&PostParams::default(), &rs).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 409 => {
+                            // Made by a previous attempt, or a hash collision: read again.
+                            return Err(BackendError::Conflict {
+                                message: format!("ReplicaSet {name} exists: {}", status.message),
+                            });
+                        }
+                        Err(e) => return Err(self.fail("create", "replicasets.apps", e)),
+                    }
+                }
+                Some(rs) => {
+                    let have = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    let annotated = rs
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(objects::REVISION_ANNOTATION))
+                        .cloned();
+                    let want = revision.replicas.unwrap_or(have);
+                    if want != have || annotated.as_deref() != Some(&number.to_string()) {
+                        let patch = json!({
+                            "metadata": {"annotations": {objects::REVISION_ANNOTATION: number.to_string()}},
+                            "spec": {"replicas": want},
+                        });
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .map_err(|e| self.fail("patch", "replicasets.apps", e))?;
+                    }
+                }
+            }
+        }
+        self.point_services(&client, &rollout, desired, &hashes, &existing)
+            .await
+    }
+
+    /// Points the Rollout's Services at their revisions: canary `stableService` at the serving
+    /// revision and `canaryService` at the canary (the serving one when there is none);
+    /// blue-green `activeService` at the active revision and `previewService` at the preview.
+    async fn point_services(
+        &self,
+        client: &kube::Client,
+        rollout: &Value,
+        desired: &ClusterDesired,
+        hashes: &BTreeMap<RevisionNumber, String>,
+        existing: &BTreeMap<String, ReplicaSet>,
+    ) -> Result<(), BackendError> {
+        let hash = |r: Option<RevisionNumber>| r.and_then(|r| hashes.get(&r)).cloned();
+        let Some(serving) = hash(desired.serving) else {
+            return Ok(());
+        };
+        let strategy = &rollout["spec"]["strategy"];
+        let mut wanted: Vec<(String, &str, String)> = Vec::new();
+        if let Some(canary) = strategy["canary"].as_object() {
+            if let Some(stable) = canary.get("stableService").and_then(Value::as_str) {
+                wanted.push((
+                    "spec.strategy.canary.stableService".into(),
+                    stable,
+                    serving.clone(),
+                ));
+            }
+            if let Some(service) = canary.get("canaryService").and_then(Value::as_str) {
+                // The canary Service switches once the canary's ReplicaSet exists (Argo waits
+                // for it), and back to stable on abort.
+                let canary_hash = hash(desired.canary())
+                    .filter(|h| existing.contains_key(h) && !desired.progress.abort)
+                    .unwrap_or_else(|| serving.clone());
+                wanted.push((
+                    "spec.strategy.canary.canaryService".into(),
+                    service,
+                    canary_hash,
+                ));
+            }
+        }
+        if let Some(blue_green) = strategy["blueGreen"].as_object() {
+            if let Some(active) = blue_green.get("activeService").and_then(Value::as_str) {
+                wanted.push((
+                    "spec.strategy.blueGreen.activeService".into(),
+                    active,
+                    serving.clone(),
+                ));
+            }
+            if let Some(preview) = blue_green.get("previewService").and_then(Value::as_str) {
+                let preview_hash = hash(desired.preview).unwrap_or_else(|| serving.clone());
+                wanted.push((
+                    "spec.strategy.blueGreen.previewService".into(),
+                    preview,
+                    preview_hash,
+                ));
+            }
+        }
+        let api: Api<Service> = Api::namespaced(client.clone(), self.namespace());
+        for (field, name, target) in wanted {
+            let service = api
+                .get_opt(name)
+                .await
+                .map_err(|e| self.fail("get", "services", e))?
+                .ok_or_else(|| BackendError::Invalid {
+                    field: field.clone(),
+                    message: format!(
+                        "cluster {:?}: Service {}/{name} not found",
+                        self.cluster,
+                        self.namespace()
+                    ),
+                })?;
+            let read = serde_json::to_value(&service).unwrap_or_default();
+            if let Some(patch) = objects::service_patch(&read, &self.rollout, &target) {
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| self.fail("patch", "services", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn read(&self, desired: &ClusterDesired) -> Result<ClusterObserved, BackendError> {
+        let client = self.client().await?;
+        let Some(rollout) = self.read_rollout(&client).await? else {
+            // Not applied yet (`rolloutSource: flotilla` before the first ensure): nothing runs.
+            return Ok(ClusterObserved::default());
+        };
+        let rollout = self.drivable(Some(rollout))?;
+        let uid = rollout["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let sets = self.replica_sets(&client, &uid).await?;
+        let counts: BTreeMap<String, ReplicaCounts> = sets
+            .iter()
+            .map(|(hash, rs)| (hash.clone(), counts_of(rs)))
+            .collect();
+        let hashes = self.hashes(desired, &rollout)?;
+        let revisions = hashes
+            .iter()
+            .filter_map(|(number, hash)| {
+                let counts = *counts.get(hash)?;
+                Some((
+                    *number,
+                    ObservedRevision {
+                        identity: hash.clone(),
+                        counts,
+                    },
+                ))
+            })
+            .collect();
+        let serving = rollout["status"]["stableRS"]
+            .as_str()
+            .and_then(|hash| sets.get(hash))
+            .and_then(first_image)
+            .map(|image| image_version(&image));
+        if !desired.revisions.is_empty() {
+            self.report(&client, &rollout, desired, &hashes, &counts)
+                .await?;
+        }
+        Ok(ClusterObserved {
+            revisions,
+            weights: None,
+            serving,
+        })
+    }
+
+    /// Writes the engine's progress in the Rollout's status when a field differs, after taking
+    /// the operator commands the status carries (left in place until the engine reacts).
+    async fn report(
+        &self,
+        client: &kube::Client,
+        rollout: &Value,
+        desired: &ClusterDesired,
+        hashes: &BTreeMap<RevisionNumber, String>,
+        counts: &BTreeMap<String, ReplicaCounts>,
+    ) -> Result<(), BackendError> {
+        let progress = serde_json::to_value(&desired.progress).unwrap_or_default();
+        {
+            let mut memory = self.memory.lock().expect("memory lock");
+            let issued = commands::issued(rollout, memory.written.as_ref());
+            if !issued.is_empty() {
+                memory.commands.extend(issued);
+                memory.hold = Some((progress.clone(), Instant::now()));
+            }
+            if let Some((held, since)) = &memory.hold {
+                if *held == progress && since.elapsed() < OPERATOR_HOLD {
+                    return Ok(());
+                }
+                memory.hold = None;
+            }
+        }
+        let wanted = status::status(&status::StatusInput {
+            rollout,
+            desired,
+            hashes,
+            counts,
+            now: (self.clock)(),
+        });
+        if status::holds(&rollout["status"], &wanted) {
+            self.memory.lock().expect("memory lock").written = Some(wanted);
+            return Ok(());
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
+        let patch = json!({"status": wanted});
+        api.patch_status(
+            &self.rollout,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| self.fail("patch", "rollouts.argoproj.io/status", e))?;
+        self.memory.lock().expect("memory lock").written = Some(wanted);
+        Ok(())
+    }
+}
+
+/// A ReplicaSet's counts, from its status.
+fn counts_of(rs: &ReplicaSet) -> ReplicaCounts {
+    let status = rs.status.as_ref();
+    ReplicaCounts {
+        replicas: status.map_or(0, |s| s.replicas),
+        ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        available: status.and_then(|s| s.available_replicas).unwrap_or(0),
+    }
+}
+
+/// The image of a ReplicaSet's first container.
+fn first_image(rs: &ReplicaSet) -> Option<String> {
+    rs.spec
+        .as_ref()?
+        .template
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .image
+        .clone()
+}
+
+/// An error with its causes, one after the other.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+impl ClusterBackend for KubeBackend {
+    fn capabilities(&self) -> Capabilities {
+        KubeBackend::capabilities()
+    }
+
+    fn ensure<'a>(
+        &'a self,
+        desired: &'a ClusterDesired,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.converge(desired))
+    }
+
+    fn observe<'a>(
+        &'a self,
+        desired: &'a ClusterDesired,
+    ) -> BoxFuture<'a, Result<ClusterObserved, BackendError>> {
+        Box::pin(self.read(desired))
+    }
+
+    fn commands(&self) -> BoxFuture<'_, Result<Vec<ClusterCommand>, BackendError>> {
+        let taken = std::mem::take(&mut self.memory.lock().expect("memory lock").commands);
+        Box::pin(async move { Ok(taken) })
+    }
+
+    fn measure_builtin<'a>(&'a self, _request: &'a MeasureRequest) -> BoxFuture<'a, Outcome> {
+        Box::pin(async {
+            Outcome::Error(
+                "the builtin provider reads a Flotilla agent's traffic statistics; a Kubernetes cluster has none (use a prometheus or web metric)".to_owned(),
+            )
+        })
+    }
+}

@@ -1,0 +1,246 @@
+//! The objects a Rollout owns, as Argo Rollouts' controller writes them: the ReplicaSet of a
+//! revision (`<rollout>-<hash>`, its labels, annotations, selector and owner reference) and the
+//! selector patch of a Service. Pure functions over JSON; the backend sends them.
+
+use serde_json::{Map, Value, json};
+
+/// The label (and selector key) that ties Pods, ReplicaSets and Services to a revision.
+pub const HASH_LABEL: &str = "rollouts-pod-template-hash";
+/// The label that says which controller instance owns a Rollout (Argo's `--instance-id`).
+pub const INSTANCE_LABEL: &str = "argo-rollouts.argoproj.io/controller-instance-id";
+/// Flotilla's instance id: an Argo controller without `--instance-id` ignores Rollouts with it.
+pub const INSTANCE: &str = "flotilla";
+/// A ReplicaSet's revision number.
+pub const REVISION_ANNOTATION: &str = "rollout.argoproj.io/revision";
+/// The Rollout's replicas when the ReplicaSet was written.
+pub const DESIRED_REPLICAS_ANNOTATION: &str = "rollout.argoproj.io/desired-replicas";
+/// On a Service whose selector the Rollout manages: the Rollout's name.
+pub const MANAGED_BY_ANNOTATION: &str = "argo-rollouts.argoproj.io/managed-by-rollouts";
+/// Flotilla's field manager for every write.
+pub const FIELD_MANAGER: &str = "flotilla";
+
+/// The name of a revision's ReplicaSet.
+pub fn replica_set_name(rollout: &str, hash: &str) -> String {
+    format!("{rollout}-{hash}")
+}
+
+/// The owner reference of every object a Rollout owns.
+pub fn owner_reference(rollout: &str, uid: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "name": rollout,
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// The ReplicaSet of one revision of `rollout` (the Rollout object as read from the cluster):
+/// named `<rollout>-<hash>`, its template `template` with the hash label, its selector the
+/// Rollout's with the hash label, owned by the Rollout, `replicas` replicas.
+pub fn replica_set(
+    rollout: &Value,
+    template: &Value,
+    hash: &str,
+    revision: u32,
+    replicas: i32,
+) -> Value {
+    let name = rollout["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = rollout["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut template = template.clone();
+    let labels = with_hash_label(&template["metadata"]["labels"], hash);
+    if !template["metadata"].is_object() {
+        template["metadata"] = json!({});
+    }
+    template["metadata"]["labels"] = labels.clone();
+    let mut selector = rollout["spec"]["selector"].clone();
+    if !selector.is_object() {
+        selector = json!({});
+    }
+    selector["matchLabels"] = with_hash_label(&selector["matchLabels"], hash);
+    let desired = rollout["spec"]["replicas"].as_i64().unwrap_or(1);
+    let mut spec = json!({
+        "replicas": replicas,
+        "selector": selector,
+        "template": template,
+    });
+    if let Some(min_ready) = rollout["spec"]["minReadySeconds"].as_i64() {
+        spec["minReadySeconds"] = json!(min_ready);
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": replica_set_name(name, hash),
+            "namespace": rollout["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": {
+                REVISION_ANNOTATION: revision.to_string(),
+                DESIRED_REPLICAS_ANNOTATION: desired.to_string(),
+            },
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": spec,
+    })
+}
+
+/// `labels` (an object or null) with the hash label set.
+fn with_hash_label(labels: &Value, hash: &str) -> Value {
+    let mut out = labels.as_object().cloned().unwrap_or_else(Map::new);
+    out.insert(HASH_LABEL.into(), Value::String(hash.into()));
+    Value::Object(out)
+}
+
+/// The merge patch that points a Service at revision `hash`, or None when `service` (as read)
+/// already does and carries the managed-by annotation.
+pub fn service_patch(service: &Value, rollout: &str, hash: &str) -> Option<Value> {
+    let selected = service["spec"]["selector"][HASH_LABEL].as_str();
+    let managed = service["metadata"]["annotations"][MANAGED_BY_ANNOTATION].as_str();
+    if selected == Some(hash) && managed == Some(rollout) {
+        return None;
+    }
+    Some(json!({
+        "metadata": {"annotations": {MANAGED_BY_ANNOTATION: rollout}},
+        "spec": {"selector": {HASH_LABEL: hash}},
+    }))
+}
+
+/// The Rollout manifest Flotilla applies (`rolloutSource: flotilla`): `manifest` with the
+/// instance-id label, only the fields Flotilla means to own (apiVersion, kind, metadata name,
+/// namespace, labels and annotations, spec), and without `spec.replicas` when `keep_replicas`
+/// (an HPA owns the count).
+pub fn applied_rollout(manifest: &Value, namespace: &str, keep_replicas: bool) -> Value {
+    let mut metadata = json!({
+        "name": manifest["metadata"]["name"],
+        "namespace": namespace,
+    });
+    let mut labels = manifest["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(INSTANCE_LABEL.into(), Value::String(INSTANCE.into()));
+    metadata["labels"] = Value::Object(labels);
+    if let Some(annotations) = manifest["metadata"]["annotations"].as_object()
+        && !annotations.is_empty()
+    {
+        metadata["annotations"] = Value::Object(annotations.clone());
+    }
+    let mut spec = manifest["spec"].clone();
+    if keep_replicas && let Some(spec) = spec.as_object_mut() {
+        spec.remove("replicas");
+    }
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
+
+/// The manager and field of a server-side apply conflict, from the API server's message
+/// (`Apply failed with 1 conflict: conflict with "argocd-controller" using argoproj.io/v1alpha1:
+/// .spec.template.spec.containers[name="app"].image`).
+pub fn apply_conflict(message: &str) -> (String, String) {
+    let manager = message
+        .split_once("conflict with \"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(manager, _)| manager.to_owned())
+        .unwrap_or_else(|| "another field manager".to_owned());
+    let field = message
+        .rsplit_once(": .")
+        .map(|(_, field)| field.lines().next().unwrap_or(field).trim().to_owned())
+        .unwrap_or_else(|| "spec".to_owned());
+    (manager, field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollout() -> Value {
+        json!({
+            "metadata": {"name": "payments", "namespace": "shop", "uid": "u-1"},
+            "spec": {
+                "replicas": 4,
+                "minReadySeconds": 5,
+                "selector": {"matchLabels": {"app": "payments"}},
+            },
+        })
+    }
+
+    #[test]
+    fn a_replica_set_is_named_labelled_selected_and_owned_as_argo_writes_it() {
+        let template =
+            json!({"metadata": {"labels": {"app": "payments"}}, "spec": {"containers": []}});
+        let rs = replica_set(&rollout(), &template, "5d8f7c", 3, 1);
+        assert_eq!(rs["metadata"]["name"], "payments-5d8f7c");
+        assert_eq!(rs["metadata"]["namespace"], "shop");
+        assert_eq!(rs["metadata"]["labels"][HASH_LABEL], "5d8f7c");
+        assert_eq!(rs["metadata"]["labels"]["app"], "payments");
+        assert_eq!(rs["metadata"]["annotations"][REVISION_ANNOTATION], "3");
+        assert_eq!(
+            rs["metadata"]["annotations"][DESIRED_REPLICAS_ANNOTATION],
+            "4"
+        );
+        assert_eq!(rs["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(rs["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(rs["spec"]["replicas"], 1);
+        assert_eq!(rs["spec"]["minReadySeconds"], 5);
+        assert_eq!(
+            rs["spec"]["selector"]["matchLabels"],
+            json!({"app": "payments", HASH_LABEL: "5d8f7c"})
+        );
+        assert_eq!(
+            rs["spec"]["template"]["metadata"]["labels"][HASH_LABEL],
+            "5d8f7c"
+        );
+    }
+
+    #[test]
+    fn a_service_is_patched_only_when_it_selects_another_revision() {
+        let current = json!({
+            "metadata": {"annotations": {MANAGED_BY_ANNOTATION: "payments"}},
+            "spec": {"selector": {"app": "payments", HASH_LABEL: "aaa"}},
+        });
+        assert_eq!(service_patch(&current, "payments", "aaa"), None);
+        let patch = service_patch(&current, "payments", "bbb").unwrap();
+        assert_eq!(patch["spec"]["selector"][HASH_LABEL], "bbb");
+        let unmanaged = json!({"spec": {"selector": {"app": "payments"}}});
+        assert!(service_patch(&unmanaged, "payments", "aaa").is_some());
+    }
+
+    #[test]
+    fn the_applied_rollout_carries_the_instance_label_and_leaves_replicas_to_an_hpa() {
+        let manifest = json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "metadata": {"name": "payments", "labels": {"team": "pay"}, "uid": "x"},
+            "spec": {"replicas": 3, "template": {}},
+            "status": {"phase": "Healthy"},
+        });
+        let applied = applied_rollout(&manifest, "shop", false);
+        assert_eq!(applied["metadata"]["labels"][INSTANCE_LABEL], INSTANCE);
+        assert_eq!(applied["metadata"]["labels"]["team"], "pay");
+        assert_eq!(applied["metadata"]["namespace"], "shop");
+        assert!(applied.get("status").is_none());
+        assert!(applied["metadata"].get("uid").is_none());
+        assert_eq!(applied["spec"]["replicas"], 3);
+        assert!(
+            applied_rollout(&manifest, "shop", true)["spec"]
+                .get("replicas")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_apply_conflict_names_the_manager_and_the_field() {
+        let message = "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using argoproj.io/v1alpha1: .spec.template.spec.containers[name=\"app\"].image";
+        assert_eq!(
+            apply_conflict(message),
+            (
+                "kubectl-edit".to_owned(),
+                "spec.template.spec.containers[name=\"app\"].image".to_owned()
+            )
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! What the end-to-end tests of `flotilla serve` share: the binary under test, the first line a
+//! child prints (its addresses, as JSON) and a field of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command};
+
+/// The `flotilla` binary under test.
+pub fn flotilla() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+}
+
+/// The first stdout line of a child (its address line); the rest is drained so that the child
+/// never blocks on a full pipe.
+pub fn first_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("read the first line");
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    line
+}
+
+/// A string field of a JSON line.
+pub fn json_field(line: &str, field: &str) -> String {
+    let value: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+    value[field].as_str().expect("field").to_owned()
+}

@@ -1,0 +1,488 @@
+//! Kubernetes clusters in a Fleet, end to end: three real API servers (the test environment of
+//! `flotilla-testenv`: kube-apiserver, etcd, controller-manager, scheduler, and kwok as the fake
+//! kubelet) in three waves, `flotilla serve` driving an Argo-labelled Rollout in each with its
+//! ReplicaSets, Services and status, judged by a real Prometheus scraping an exporter this test
+//! controls (the canary's and the stable's series by `rollouts_pod_template_hash`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{first_line, flotilla, json_field};
+use flotilla_core::rollout::pod_template_hash::pod_template_hash;
+use flotilla_runtime::controller::client::ApiClient;
+use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
+use flotilla_runtime::demo;
+use flotilla_testenv::{Options, TestEnv, argo_rollouts_crds};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const V1: &str = "registry.example/payments:1.0";
+const V2: &str = "registry.example/payments:2.0";
+const CLUSTERS: usize = 3;
+
+fn template(image: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": "payments"}},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    })
+}
+
+fn argo_hash(image: &str) -> String {
+    pod_template_hash(&template(image), None).unwrap()
+}
+
+/// The canary's error ratio per cluster and hash, served as Prometheus text on `/metrics`.
+type Series = Arc<Mutex<BTreeMap<(String, String), f64>>>;
+
+fn exporter(series: Series) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let series = series.clone();
+                    async move {
+                        let mut text = String::from("# TYPE payments_error_ratio gauge\n");
+                        for ((cluster, hash), value) in series.lock().unwrap().iter() {
+                            text.push_str(&format!(
+                                "payments_error_ratio{{cluster=\"{cluster}\",rollouts_pod_template_hash=\"{hash}\"}} {value}\n"
+                            ));
+                        }
+                        text
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    address
+}
+
+fn manifests(env: &TestEnv, prometheus: &str) -> String {
+    let mut clusters = String::new();
+    let mut waves = String::new();
+    for (i, cluster) in env.clusters().iter().enumerate() {
+        clusters.push_str(&format!(
+            "    - name: {name}\n      endpoint: {{kubernetes: {{kubeconfig: \"{kubeconfig}\", namespace: default}}}}\n      metrics: {{address: \"{prometheus}\"}}\n",
+            name = cluster.name,
+            kubeconfig = cluster.kubeconfig.display(),
+        ));
+        waves.push_str(&format!(
+            "        - {{cluster: {}, wave: {}}}\n",
+            cluster.name,
+            i + 1
+        ));
+    }
+    format!(
+        r#"apiVersion: flotilla.dev/v1alpha1
+kind: Fleet
+metadata: {{name: shop}}
+spec:
+  clusters:
+{clusters}---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {{name: payments}}
+spec:
+  fleet: shop
+  rollout: payments
+  rolloutSource: flotilla
+  waves:
+    list:
+{waves}---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {{name: payments}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: payments}}}}
+  template:
+    metadata: {{labels: {{app: payments}}}}
+    spec:
+      containers: [{{name: app, image: "{V1}"}}]
+  strategy:
+    canary:
+      canaryService: payments-canary
+      stableService: payments-stable
+      steps:
+        - setWeight: 34
+        - pause: {{duration: 1s}}
+        - analysis:
+            templates: [{{templateName: error-rate}}]
+            args:
+              - name: canary-hash
+                valueFrom: {{podTemplateHashValue: Latest}}
+        - setWeight: 67
+        - pause: {{duration: 1s}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: error-rate}}
+spec:
+  args: [{{name: cluster}}, {{name: canary-hash}}, {{name: metrics-address}}]
+  metrics:
+    - name: error-rate
+      interval: 1s
+      count: 3
+      failureLimit: 0
+      successCondition: result[0] < 0.05
+      provider:
+        prometheus:
+          address: "{{{{args.metrics-address}}}}"
+          query: 'max(payments_error_ratio{{cluster="{{{{args.cluster}}}}",rollouts_pod_template_hash="{{{{args.canary-hash}}}}"}})'
+"#
+    )
+}
+
+fn rollout_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"))
+}
+
+/// One cluster's objects as the test reads them back.
+struct Cluster {
+    name: String,
+    rollouts: Api<DynamicObject>,
+    replica_sets: Api<ReplicaSet>,
+    services: Api<Service>,
+}
+
+impl Cluster {
+    async fn rollout(&self) -> Option<Value> {
+        self.rollouts
+            .get_opt("payments")
+            .await
+            .unwrap()
+            .map(|r| serde_json::to_value(r).unwrap())
+    }
+
+    /// Each ReplicaSet of the Rollout: hash -> (spec replicas, ready replicas).
+    async fn replica_sets(&self) -> BTreeMap<String, (i32, i32)> {
+        self.replica_sets
+            .list(&ListParams::default().labels("rollouts-pod-template-hash"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|rs| {
+                let hash =
+                    rs.metadata.labels.as_ref().unwrap()["rollouts-pod-template-hash"].clone();
+                assert_eq!(
+                    rs.metadata.name.as_deref(),
+                    Some(format!("payments-{hash}").as_str()),
+                    "a ReplicaSet is named <rollout>-<hash>"
+                );
+                let owner = &rs.metadata.owner_references.as_ref().unwrap()[0];
+                assert_eq!(
+                    (owner.kind.as_str(), owner.name.as_str()),
+                    ("Rollout", "payments")
+                );
+                let spec = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                let ready = rs
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                (hash, (spec, ready))
+            })
+            .collect()
+    }
+
+    async fn selector(&self, service: &str) -> Option<String> {
+        let service = self.services.get(service).await.unwrap();
+        service
+            .spec?
+            .selector?
+            .get("rollouts-pod-template-hash")
+            .cloned()
+    }
+}
+
+struct Serve {
+    child: Child,
+    api: String,
+    dir: std::path::PathBuf,
+}
+
+impl Serve {
+    fn start(dir: &Path) -> Serve {
+        let mut child = flotilla()
+            .args(["serve", "--config"])
+            .arg(dir.join("serve.yaml"))
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let line = first_line(&mut child);
+        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+        assert!(!line.is_empty(), "serve did not start: {log}");
+        Serve {
+            child,
+            api: format!("http://{}", json_field(&line, "api")),
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+
+    fn client(&self) -> ApiClient {
+        let token = std::fs::read_to_string(self.dir.join("state.redb.token")).unwrap();
+        ApiClient::new(&self.api, Some(token.trim().to_owned()))
+    }
+
+    async fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&FleetView) -> bool,
+    ) -> FleetView {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(view) = self.client().fleet("payments").await {
+                if done(&view) {
+                    return view;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {what}: {view:#?}\n{}",
+                    self.log()
+                );
+            } else {
+                assert!(Instant::now() < deadline, "no fleet view: {}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status_of<'a>(view: &'a FleetView, cluster: &str) -> &'a str {
+    view.waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .find(|c| c.name == cluster)
+        .map_or("", |c| c.status.as_str())
+}
+
+#[test]
+fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alone() {
+    let env = TestEnv::start(&Options {
+        clusters: CLUSTERS,
+        nodes: 2,
+        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
+        ..Options::default()
+    })
+    .expect("the Kubernetes test environment starts");
+    let dir = tempfile::tempdir().unwrap();
+    let series: Series = Arc::default();
+    let exporter = exporter(series.clone());
+    let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
+        .expect("prometheus (apt-get install prometheus)");
+    std::fs::write(
+        dir.path().join("manifests.yaml"),
+        manifests(&env, &prometheus.address()),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("serve.yaml"),
+        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
+    )
+    .unwrap();
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    {
+        let mut series = series.lock().unwrap();
+        for (i, cluster) in env.clusters().iter().enumerate() {
+            series.insert((cluster.name.clone(), h1.clone()), 0.0);
+            // cluster-1 regresses on the new version; the others do not.
+            let canary = if i == 1 { 0.4 } else { 0.0 };
+            series.insert((cluster.name.clone(), h2.clone()), canary);
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut clusters = Vec::new();
+        for cluster in env.clusters() {
+            let client = cluster.client().await.unwrap();
+            let services: Api<Service> = Api::namespaced(client.clone(), "default");
+            for name in ["payments-stable", "payments-canary"] {
+                let service: Service = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"selector": {"app": "payments"}, "ports": [{"port": 80, "targetPort": 8080}]}
+                }))
+                .unwrap();
+                services.create(&PostParams::default(), &service).await.unwrap();
+            }
+            clusters.push(Cluster {
+                name: cluster.name.clone(),
+                rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
+                replica_sets: Api::namespaced(client.clone(), "default"),
+                services,
+            });
+        }
+
+        // First start: the clusters run nothing, so 1.0 is deployed directly everywhere.
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 everywhere", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        for cluster in &clusters {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let sets = cluster.replica_sets().await;
+                let rollout = cluster.rollout().await.unwrap();
+                let ready = sets.get(&h1) == Some(&(3, 3))
+                    && rollout["status"]["stableRS"] == h1.as_str()
+                    && rollout["status"]["phase"] == "Healthy"
+                    && rollout["status"]["availableReplicas"] == 3;
+                if ready {
+                    assert_eq!(
+                        rollout["metadata"]["labels"]["argo-rollouts.argoproj.io/controller-instance-id"],
+                        "flotilla"
+                    );
+                    assert_eq!(
+                        rollout["status"]["observedGeneration"],
+                        rollout["metadata"]["generation"].as_i64().unwrap().to_string()
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{}: 1.0 not settled: {sets:?} {}\n{}",
+                    cluster.name,
+                    rollout["status"],
+                    serve.log()
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            assert_eq!(cluster.selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+            assert_eq!(cluster.selector("payments-canary").await.as_deref(), Some(h1.as_str()));
+        }
+
+        // The release: 2.0 through the waves. cluster-0's objects are read back at every step.
+        serve
+            .client()
+            .command(
+                "payments",
+                &OperatorCommand::SetImage {
+                    container: None,
+                    image: V2.to_owned(),
+                },
+            )
+            .await
+            .unwrap();
+        let mut steps_seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let rollout = clusters[0].rollout().await.unwrap();
+            let step = rollout["status"]["currentStepIndex"].as_i64();
+            let sets = clusters[0].replica_sets().await;
+            if rollout["status"]["currentPodHash"] == h2.as_str() {
+                if steps_seen.last() != Some(&step) {
+                    steps_seen.push(step);
+                    // While the canary runs, both revisions run and each Service selects its own.
+                    if step.is_some_and(|s| (1..5).contains(&s)) {
+                        let canary = sets.get(&h2).copied().unwrap_or_default();
+                        let stable = sets.get(&h1).copied().unwrap_or_default();
+                        assert!(canary.0 >= 1 && stable.0 >= 1, "step {step:?}: {sets:?}");
+                        assert_eq!(rollout["status"]["stableRS"], h1.as_str());
+                    }
+                }
+                if rollout["status"]["stableRS"] == h2.as_str() && rollout["status"]["phase"] == "Healthy" {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster-0 did not complete 2.0: steps {steps_seen:?}, {}\n{}",
+                rollout["status"],
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        assert!(
+            steps_seen.len() >= 3,
+            "cluster-0's steps were read back one by one: {steps_seen:?}"
+        );
+
+        let view = serve
+            .wait_for("cluster-1 rolled back", Duration::from_secs(120), |v| {
+                status_of(v, "cluster-1") == "RolledBack"
+                    && matches!(v.phase.as_str(), "Halted" | "Aborted")
+            })
+            .await;
+        assert_eq!(status_of(&view, "cluster-0"), "Validated", "{view:#?}");
+        assert_eq!(status_of(&view, "cluster-2"), "Held", "{view:#?}");
+
+        // What each cluster runs, read back from its API server.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c0 = clusters[0].replica_sets().await;
+            let c1 = clusters[1].replica_sets().await;
+            let c2 = clusters[2].replica_sets().await;
+            let r1 = clusters[1].rollout().await.unwrap();
+            let settled = c0.get(&h2) == Some(&(3, 3))
+                && c0.get(&h1).is_some_and(|s| s.0 == 0)
+                && c1.get(&h1) == Some(&(3, 3))
+                && c1.get(&h2).is_some_and(|s| s.0 == 0)
+                && c2.get(&h1) == Some(&(3, 3))
+                && !c2.contains_key(&h2)
+                && r1["status"]["abort"] == true
+                && r1["status"]["phase"] == "Degraded";
+            if settled {
+                assert_eq!(r1["status"]["stableRS"], h1.as_str());
+                let progressing = r1["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "Progressing")
+                    .cloned()
+                    .unwrap();
+                assert_eq!(progressing["reason"], "RolloutAborted", "{progressing}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "clusters not as decided: c0 {c0:?} c1 {c1:?} c2 {c2:?} r1 {}\n{}",
+                r1["status"],
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(clusters[0].selector("payments-stable").await.as_deref(), Some(h2.as_str()));
+        assert_eq!(clusters[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+        assert_eq!(clusters[1].selector("payments-canary").await.as_deref(), Some(h1.as_str()));
+        assert_eq!(clusters[2].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+        drop(serve);
+    });
+    drop(prometheus);
+}

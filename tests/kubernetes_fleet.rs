@@ -28,6 +28,14 @@ const V1: &str = "registry.example/payments:1.0";
 const V2: &str = "registry.example/payments:2.0";
 const CLUSTERS: usize = 3;
 
+/// One environment at a time: each runs an API server, a controller-manager, a scheduler and
+/// kwok per cluster, which is the machine's two cores' worth.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn template(image: &str) -> Value {
     json!({
         "metadata": {"labels": {"app": "payments"}},
@@ -74,14 +82,30 @@ fn exporter(series: Series) -> String {
     address
 }
 
-fn manifests(env: &TestEnv, prometheus: &str) -> String {
+/// The steps of the analysed canary.
+const ANALYSED_STEPS: &str = r#"        - setWeight: 34
+        - pause: {duration: 1s}
+        - analysis:
+            templates: [{templateName: error-rate}]
+            args:
+              - name: canary-hash
+                valueFrom: {podTemplateHashValue: Latest}
+        - setWeight: 67
+        - pause: {duration: 1s}
+"#;
+
+/// Fleet `shop` (every cluster of `env` in its own wave, with `prometheus` as its metrics
+/// address when there is one), FleetRollout `payments` and its Rollout with `steps`, and the
+/// analysis template `error-rate`.
+fn manifests(env: &TestEnv, prometheus: Option<&str>, steps: &str) -> String {
     let mut clusters = String::new();
     let mut waves = String::new();
     for (i, cluster) in env.clusters().iter().enumerate() {
         clusters.push_str(&format!(
-            "    - name: {name}\n      endpoint: {{kubernetes: {{kubeconfig: \"{kubeconfig}\", namespace: default}}}}\n      metrics: {{address: \"{prometheus}\"}}\n",
+            "    - name: {name}\n      endpoint: {{kubernetes: {{kubeconfig: \"{kubeconfig}\", namespace: default}}}}\n{metrics}",
             name = cluster.name,
             kubeconfig = cluster.kubeconfig.display(),
+            metrics = prometheus.map_or(String::new(), |p| format!("      metrics: {{address: \"{p}\"}}\n")),
         ));
         waves.push_str(&format!(
             "        - {{cluster: {}, wave: {}}}\n",
@@ -121,16 +145,7 @@ spec:
       canaryService: payments-canary
       stableService: payments-stable
       steps:
-        - setWeight: 34
-        - pause: {{duration: 1s}}
-        - analysis:
-            templates: [{{templateName: error-rate}}]
-            args:
-              - name: canary-hash
-                valueFrom: {{podTemplateHashValue: Latest}}
-        - setWeight: 67
-        - pause: {{duration: 1s}}
----
+{steps}---
 apiVersion: argoproj.io/v1alpha1
 kind: AnalysisTemplate
 metadata: {{name: error-rate}}
@@ -163,6 +178,29 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// The cluster's APIs, with the Rollout's Services created (as Argo CD would sync them).
+    async fn prepare(cluster: &flotilla_testenv::Cluster) -> Cluster {
+        let client = cluster.client().await.unwrap();
+        let services: Api<Service> = Api::namespaced(client.clone(), "default");
+        for name in ["payments-stable", "payments-canary"] {
+            let service: Service = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"selector": {"app": "payments"}, "ports": [{"port": 80, "targetPort": 8080}]}
+            }))
+            .unwrap();
+            services
+                .create(&PostParams::default(), &service)
+                .await
+                .unwrap();
+        }
+        Cluster {
+            name: cluster.name.clone(),
+            rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
+            replica_sets: Api::namespaced(client.clone(), "default"),
+            services,
+        }
+    }
+
     async fn rollout(&self) -> Option<Value> {
         self.rollouts
             .get_opt("payments")
@@ -171,7 +209,7 @@ impl Cluster {
             .map(|r| serde_json::to_value(r).unwrap())
     }
 
-    /// Each ReplicaSet of the Rollout: hash -> (spec replicas, ready replicas).
+    /// Each ReplicaSet of the Rollout `payments`: hash -> (spec replicas, ready replicas).
     async fn replica_sets(&self) -> BTreeMap<String, (i32, i32)> {
         self.replica_sets
             .list(&ListParams::default().labels("rollouts-pod-template-hash"))
@@ -179,6 +217,12 @@ impl Cluster {
             .unwrap()
             .items
             .into_iter()
+            .filter(|rs| {
+                rs.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_some_and(|o| o[0].name == "payments")
+            })
             .map(|rs| {
                 let hash =
                     rs.metadata.labels.as_ref().unwrap()["rollouts-pod-template-hash"].clone();
@@ -290,6 +334,7 @@ fn status_of<'a>(view: &'a FleetView, cluster: &str) -> &'a str {
 
 #[test]
 fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alone() {
+    let _one = one_at_a_time();
     let env = TestEnv::start(&Options {
         clusters: CLUSTERS,
         nodes: 2,
@@ -304,7 +349,7 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
         .expect("prometheus (apt-get install prometheus)");
     std::fs::write(
         dir.path().join("manifests.yaml"),
-        manifests(&env, &prometheus.address()),
+        manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS),
     )
     .unwrap();
     std::fs::write(
@@ -330,22 +375,7 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
     runtime.block_on(async {
         let mut clusters = Vec::new();
         for cluster in env.clusters() {
-            let client = cluster.client().await.unwrap();
-            let services: Api<Service> = Api::namespaced(client.clone(), "default");
-            for name in ["payments-stable", "payments-canary"] {
-                let service: Service = serde_json::from_value(json!({
-                    "metadata": {"name": name},
-                    "spec": {"selector": {"app": "payments"}, "ports": [{"port": 80, "targetPort": 8080}]}
-                }))
-                .unwrap();
-                services.create(&PostParams::default(), &service).await.unwrap();
-            }
-            clusters.push(Cluster {
-                name: cluster.name.clone(),
-                rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
-                replica_sets: Api::namespaced(client.clone(), "default"),
-                services,
-            });
+            clusters.push(Cluster::prepare(cluster).await);
         }
 
         // First start: the clusters run nothing, so 1.0 is deployed directly everywhere.
@@ -485,4 +515,289 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
         drop(serve);
     });
     drop(prometheus);
+}
+
+/// Polls one cluster's Rollout until `done` holds (at most `limit`).
+async fn wait_rollout(
+    cluster: &Cluster,
+    serve: &Serve,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&Value, &BTreeMap<String, (i32, i32)>) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let rollout = cluster.rollout().await.unwrap_or_default();
+        let sets = cluster.replica_sets().await;
+        if done(&rollout, &sets) {
+            return rollout;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: timed out waiting for {what}: {sets:?} {}\n{}",
+            cluster.name,
+            rollout["status"],
+            serve.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The managers that wrote an object, from its `managedFields`.
+fn managers(object: &Value) -> Vec<String> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|f| f["manager"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Argo's own tools beside Flotilla in one cluster: `kubectl-argo-rollouts get rollout` shows
+/// the step and the ReplicaSets of a Rollout Flotilla drives, its `promote` and `abort` become
+/// Flotilla's commands (with the plugin named as their origin), and Argo's controller, running
+/// in the same cluster, drives an unlabelled Rollout while neither touches the other's objects.
+#[test]
+fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() {
+    let _one = one_at_a_time();
+    let env = TestEnv::start(&Options {
+        clusters: 1,
+        nodes: 2,
+        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
+        ..Options::default()
+    })
+    .expect("the Kubernetes test environment starts");
+    let kubeconfig = env.cluster(0).kubeconfig.display().to_string();
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port().to_string())
+            .unwrap()
+    };
+    let (metrics_port, healthz_port) = (port(), port());
+    let mut argo = env
+        .spawn(
+            "rollouts-controller",
+            "rollouts-controller",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "--leader-elect=false",
+                "--metricsport",
+                &metrics_port,
+                "--healthzPort",
+                &healthz_port,
+            ],
+        )
+        .expect("Argo's rollouts-controller starts");
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "        - setWeight: 34\n        - pause: {}\n        - setWeight: 67\n        - pause: {}\n";
+    std::fs::write(
+        dir.path().join("manifests.yaml"),
+        manifests(&env, None, steps),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("serve.yaml"),
+        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
+    )
+    .unwrap();
+    let plugin = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["-n", "default", "--kubeconfig", &kubeconfig]);
+        env.run("kubectl-argo-rollouts", &all)
+            .expect("kubectl-argo-rollouts runs")
+    };
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        // An unlabelled Rollout: Argo's.
+        let other: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Rollout",
+            "metadata": {"name": "other", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "other"}},
+                "template": {
+                    "metadata": {"labels": {"app": "other"}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.example/other:1"}]}
+                },
+                "strategy": {"canary": {"steps": [{"setWeight": 50}, {"pause": {}}]}}
+            }
+        }))
+        .unwrap();
+        cluster
+            .rollouts
+            .create(&PostParams::default(), &other)
+            .await
+            .unwrap();
+
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 deployed", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        wait_rollout(
+            &cluster,
+            &serve,
+            "1.0 healthy",
+            Duration::from_secs(60),
+            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
+        )
+        .await;
+        serve
+            .client()
+            .command(
+                "payments",
+                &OperatorCommand::SetImage {
+                    container: None,
+                    image: V2.to_owned(),
+                },
+            )
+            .await
+            .unwrap();
+        wait_rollout(
+            &cluster,
+            &serve,
+            "the pause at step 1",
+            Duration::from_secs(60),
+            |r, sets| {
+                r["status"]["currentStepIndex"] == 1
+                    && r["status"]["pauseConditions"][0]["reason"] == "CanaryPauseStep"
+                    && sets.get(&h2).is_some_and(|s| s.1 >= 1)
+            },
+        )
+        .await;
+        let shown = plugin(&["get", "rollout", "payments"]);
+        eprintln!("{shown}");
+        for expected in [
+            "Paused",
+            "1/4",
+            "SetWeight:",
+            &format!("payments-{h2}"),
+            "canary",
+            "stable",
+            V2,
+        ] {
+            assert!(shown.contains(expected), "{expected:?} not shown:\n{shown}");
+        }
+
+        // promote: the pause is over, the next one is reached.
+        plugin(&["promote", "payments"]);
+        wait_rollout(
+            &cluster,
+            &serve,
+            "promoted to step 3",
+            Duration::from_secs(60),
+            |r, _| {
+                r["status"]["currentStepIndex"] == 3 && r["status"]["pauseConditions"].is_array()
+            },
+        )
+        .await;
+        let shown = plugin(&["get", "rollout", "payments"]);
+        assert!(shown.contains("3/4"), "{shown}");
+
+        // abort: the canary goes to zero, the stable serves, the Rollout is Degraded.
+        plugin(&["abort", "payments"]);
+        let aborted = wait_rollout(
+            &cluster,
+            &serve,
+            "aborted",
+            Duration::from_secs(60),
+            |r, sets| {
+                r["status"]["abort"] == true
+                    && r["status"]["phase"] == "Degraded"
+                    && sets.get(&h2).is_some_and(|s| s.0 == 0)
+                    && sets.get(&h1) == Some(&(3, 3))
+            },
+        )
+        .await;
+        assert_eq!(aborted["status"]["stableRS"], h1.as_str());
+        assert_eq!(
+            cluster.selector("payments-canary").await.as_deref(),
+            Some(h1.as_str())
+        );
+        let view = serve
+            .wait_for("the cluster rolled back", Duration::from_secs(30), |v| {
+                status_of(v, "cluster-0") == "RolledBack"
+            })
+            .await;
+        let history =
+            serde_json::to_string(&serve.client().history("payments").await.unwrap()).unwrap();
+        assert!(
+            history.contains("kubectl-argo-rollouts"),
+            "the plugin is named as the commands' origin: {history}\n{view:#?}"
+        );
+        let shown = plugin(&["get", "rollout", "payments"]);
+        let r = cluster.rollout().await.unwrap();
+        assert!(
+            shown.contains("Degraded"),
+            "{shown}\ngeneration {} spec {} status {}",
+            r["metadata"]["generation"],
+            r["spec"]["template"],
+            r["status"]
+        );
+
+        // Argo drove its own Rollout and never wrote Flotilla's; Flotilla never wrote Argo's.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let other = loop {
+            let other = serde_json::to_value(cluster.rollouts.get("other").await.unwrap()).unwrap();
+            if other["status"]["phase"] == "Healthy" {
+                break other;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}\n{}",
+                other["status"],
+                argo.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(argo.running(), "{}", argo.log());
+        let ours = serde_json::to_value(cluster.rollouts.get("payments").await.unwrap()).unwrap();
+        assert!(
+            managers(&ours)
+                .iter()
+                .all(|m| !m.contains("rollouts-controller")),
+            "Argo's controller wrote Flotilla's Rollout: {:?}",
+            managers(&ours)
+        );
+        assert!(
+            !managers(&other).iter().any(|m| m == "flotilla"),
+            "Flotilla wrote Argo's Rollout: {:?}",
+            managers(&other)
+        );
+        for rs in cluster
+            .replica_sets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let rs = serde_json::to_value(rs).unwrap();
+            let owner = rs["metadata"]["ownerReferences"][0]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let managers = managers(&rs);
+            if owner == "payments" {
+                assert!(
+                    !managers.iter().any(|m| m.contains("rollouts-controller")),
+                    "{managers:?}"
+                );
+            } else {
+                assert!(!managers.iter().any(|m| m == "flotilla"), "{managers:?}");
+            }
+        }
+        drop(serve);
+    });
 }

@@ -546,6 +546,8 @@ impl KubeBackend {
             if !issued.is_empty() {
                 memory.commands.extend(issued);
                 memory.hold = Some((progress.clone(), Instant::now()));
+                // The operator's patch is now the baseline: the same patch is not heard again.
+                memory.written = Some(rollout["status"].clone());
             }
             if let Some((held, since)) = &memory.hold {
                 if *held == progress && since.elapsed() < OPERATOR_HOLD {

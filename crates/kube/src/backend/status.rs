@@ -150,7 +150,11 @@ pub fn status(input: &StatusInput<'_>) -> Value {
             Value::Array(pauses)
         },
     );
-    status.insert("controllerPause".into(), json!(progress.controller_pause));
+    // Argo sets it whenever the controller itself paused (a pause step, an inconclusive run).
+    status.insert(
+        "controllerPause".into(),
+        json!(progress.controller_pause || !progress.pause_conditions.is_empty()),
+    );
     status.insert("abort".into(), json!(progress.abort));
     status.insert(
         "abortedAt".into(),

@@ -288,17 +288,28 @@ impl FleetController {
             let known: BTreeMap<&str, &flotilla_core::spec::rollout::Rollout> =
                 self.machine.known_specs().collect();
             let specs = &self.record.specs;
-            for revision in desired.revisions.values_mut() {
-                let spec = known.get(revision.hash.as_str()).copied().or_else(|| {
+            let spec_of = |hash: &str| {
+                known.get(hash).copied().or_else(|| {
                     specs
                         .history
                         .iter()
                         .chain([&specs.previous, &specs.next])
-                        .find(|spec| template_hash(spec) == revision.hash)
-                });
-                revision.template = spec.and_then(|s| serde_json::to_value(&s.spec.template).ok());
+                        .find(|spec| template_hash(spec) == hash)
+                })
+            };
+            for revision in desired.revisions.values_mut() {
+                revision.template = spec_of(&revision.hash)
+                    .and_then(|s| serde_json::to_value(&s.spec.template).ok());
             }
-            desired.rollout = serde_json::to_value(&spec).ok();
+            // The Rollout applied is the one of the engine's current revision: an aborted
+            // cluster keeps the spec it aborted (Argo's abort: Degraded on the new spec, the
+            // stable serving) until it is retried or given another revision.
+            let current = cluster
+                .rollout
+                .current
+                .map(|c| cluster.rollout.hash(c))
+                .and_then(|hash| spec_of(&hash));
+            desired.rollout = serde_json::to_value(current.unwrap_or(&spec)).ok();
         }
         Some(desired)
     }

@@ -801,3 +801,209 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
         drop(serve);
     });
 }
+
+/// The view of one cluster.
+fn cluster_view<'a>(
+    view: &'a FleetView,
+    cluster: &str,
+) -> &'a flotilla_runtime::controller::record::ClusterView {
+    view.waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .find(|c| c.name == cluster)
+        .expect("the cluster is in the view")
+}
+
+/// Faults: the controller killed (SIGKILL) in the middle of a step resumes at that step with the
+/// ReplicaSets it made (none made twice) and reaches the same outcome; a cluster whose
+/// kubeconfig cannot be used and one whose server does not answer are each named with what is
+/// wrong, and never stall the healthy cluster.
+#[test]
+fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
+    let _one = one_at_a_time();
+    let env = TestEnv::start(&Options {
+        clusters: 2,
+        nodes: 2,
+        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
+        ..Options::default()
+    })
+    .expect("the Kubernetes test environment starts");
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "        - setWeight: 34\n        - pause: {duration: 6s}\n        - setWeight: 67\n        - pause: {duration: 1s}\n";
+    // Two broken clusters in the last waves: a kubeconfig that is not YAML, and a good
+    // kubeconfig whose server nobody serves.
+    let garbled = dir.path().join("garbled.kubeconfig");
+    std::fs::write(&garbled, "clusters: [this is: not: a kubeconfig\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut manifests = manifests(&env, None, steps);
+    manifests = manifests.replace(
+        "---\napiVersion: flotilla.dev/v1alpha1\nkind: FleetRollout",
+        &format!(
+            "    - name: garbled\n      endpoint: {{kubernetes: {{kubeconfig: \"{}\"}}}}\n    - name: silent\n      endpoint: {{kubernetes: {{kubeconfig: \"{}\", server: \"https://127.0.0.1:{port}\"}}}}\n---\napiVersion: flotilla.dev/v1alpha1\nkind: FleetRollout",
+            garbled.display(),
+            env.cluster(0).kubeconfig.display()
+        ),
+    );
+    manifests = manifests.replace(
+        "        - {cluster: cluster-1, wave: 2}\n",
+        "        - {cluster: cluster-1, wave: 2}\n        - {cluster: garbled, wave: 3}\n        - {cluster: silent, wave: 4}\n",
+    );
+    std::fs::write(dir.path().join("manifests.yaml"), manifests).unwrap();
+    std::fs::write(
+        dir.path().join("serve.yaml"),
+        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
+    )
+    .unwrap();
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        // cluster-1 lacks Argo's Rollout CRD (never installed there, or removed).
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(env.cluster(1).client().await.unwrap());
+        crds.delete("rollouts.argoproj.io", &Default::default()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while crds.get_opt("rollouts.argoproj.io").await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the CRD is not deleted");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut serve = Serve::start(dir.path());
+        wait_rollout(
+            &cluster,
+            &serve,
+            "1.0 healthy",
+            Duration::from_secs(90),
+            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
+        )
+        .await;
+        let view = serve
+            .wait_for("the broken clusters named", Duration::from_secs(30), |v| {
+                cluster_view(v, "garbled").condition.is_some()
+                    && cluster_view(v, "silent").condition.is_some()
+                    && cluster_view(v, "cluster-1").condition.is_some()
+            })
+            .await;
+        let no_crds = cluster_view(&view, "cluster-1").condition.clone().unwrap();
+        assert!(
+            no_crds.contains("\"cluster-1\"") && no_crds.contains("rollouts, rollouts/status") && no_crds.contains("Argo Rollouts' CRDs"),
+            "{no_crds}"
+        );
+        let garbled_condition = cluster_view(&view, "garbled").condition.clone().unwrap();
+        assert!(
+            garbled_condition.contains("\"garbled\"")
+                && garbled_condition.contains("endpoint.kubernetes.kubeconfig")
+                && garbled_condition.contains("garbled.kubeconfig"),
+            "{garbled_condition}"
+        );
+        let silent_condition = cluster_view(&view, "silent").condition.clone().unwrap();
+        assert!(
+            silent_condition.starts_with("Unreachable")
+                && silent_condition.contains("\"silent\"")
+                && silent_condition.contains("Connection refused"),
+            "{silent_condition}"
+        );
+        assert!(!cluster_view(&view, "silent").reachable);
+        let history =
+            serde_json::to_string(&serve.client().history("payments").await.unwrap()).unwrap();
+        assert!(
+            history.contains("garbled.kubeconfig"),
+            "the unusable kubeconfig is in the audit log: {history}"
+        );
+
+        // The release; the controller is killed in the middle of the 6 s pause.
+        serve
+            .client()
+            .command(
+                "payments",
+                &OperatorCommand::SetImage {
+                    container: None,
+                    image: V2.to_owned(),
+                },
+            )
+            .await
+            .unwrap();
+        let paused = wait_rollout(
+            &cluster,
+            &serve,
+            "the timed pause",
+            Duration::from_secs(60),
+            |r, sets| {
+                r["status"]["currentStepIndex"] == 1 && sets.get(&h2).is_some_and(|s| s.1 >= 1)
+            },
+        )
+        .await;
+        let canary_uid = cluster
+            .replica_sets
+            .get(&format!("payments-{h2}"))
+            .await
+            .unwrap()
+            .metadata
+            .uid;
+        serve.child.kill().unwrap(); // SIGKILL
+        serve.child.wait().unwrap();
+        let serve = Serve::start(dir.path());
+        let resumed = wait_rollout(
+            &cluster,
+            &serve,
+            "the restarted controller's status",
+            Duration::from_secs(30),
+            |r, _| r["status"]["currentStepIndex"].as_i64().is_some(),
+        )
+        .await;
+        assert!(
+            resumed["status"]["currentStepIndex"].as_i64()
+                >= paused["status"]["currentStepIndex"].as_i64(),
+            "the restarted controller went back: {} after {}",
+            resumed["status"],
+            paused["status"]
+        );
+        wait_rollout(
+            &cluster,
+            &serve,
+            "2.0 healthy",
+            Duration::from_secs(90),
+            |r, sets| {
+                r["status"]["stableRS"] == h2.as_str()
+                    && r["status"]["phase"] == "Healthy"
+                    && sets.get(&h2) == Some(&(3, 3))
+            },
+        )
+        .await;
+        let sets = cluster.replica_sets().await;
+        assert_eq!(
+            sets.keys().cloned().collect::<Vec<_>>(),
+            {
+                let mut both = vec![h1.clone(), h2.clone()];
+                both.sort();
+                both
+            },
+            "one ReplicaSet per revision, none made twice"
+        );
+        let canary_after = cluster
+            .replica_sets
+            .get(&format!("payments-{h2}"))
+            .await
+            .unwrap()
+            .metadata
+            .uid;
+        assert_eq!(
+            canary_uid, canary_after,
+            "the canary's ReplicaSet was kept, not remade"
+        );
+        let view = serve.client().fleet("payments").await.unwrap();
+        // Healthy on 2.0, yet not validated: this Rollout has no analysis, and a cluster is
+        // only validated on evidence.
+        let ours = cluster_view(&view, "cluster-0");
+        assert_eq!(ours.status, "Paused", "{view:#?}");
+        assert!(ours.reason.contains("no analysis"), "{view:#?}");
+        assert!(cluster_view(&view, "garbled").condition.is_some());
+    });
+}

@@ -158,8 +158,39 @@ impl KubeBackend {
         config.read_timeout = Some(Duration::from_secs(15));
         config.write_timeout = Some(Duration::from_secs(15));
         let client = kube::Client::try_from(config).map_err(|e| invalid(error_chain(&e)))?;
+        self.check_crds(&client).await?;
         *slot = Some(client.clone());
         Ok(client)
+    }
+
+    /// Refuses a cluster without Argo Rollouts' CRDs serving `argoproj.io/v1alpha1` Rollouts
+    /// with their status subresource and AnalysisRuns (read through discovery, which every
+    /// authenticated account may read). Flotilla never installs them: Argo's release does.
+    async fn check_crds(&self, client: &kube::Client) -> Result<(), BackendError> {
+        let resources = match client
+            .list_api_group_resources("argoproj.io/v1alpha1")
+            .await
+        {
+            Ok(list) => list.resources,
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(e) => return Err(self.fail("get", "apis/argoproj.io/v1alpha1", e)),
+        };
+        let served = |name: &str| resources.iter().any(|r| r.name == name);
+        let missing: Vec<&str> = ["rollouts", "rollouts/status", "analysisruns"]
+            .into_iter()
+            .filter(|name| !served(name))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(BackendError::Invalid {
+            field: "argoproj.io/v1alpha1".to_owned(),
+            message: format!(
+                "cluster {:?} does not serve {} of argoproj.io/v1alpha1: install Argo Rollouts' CRDs from Argo's release (manifests/crds of argoproj/argo-rollouts; Flotilla is tested with v1.10.1's); Flotilla does not install them",
+                self.cluster,
+                missing.join(", ")
+            ),
+        })
     }
 
     /// The error of a call `verb` on `resource`, typed.

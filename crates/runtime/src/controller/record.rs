@@ -433,7 +433,8 @@ pub struct ClusterView {
     /// A version the cluster runs that Git does not say (outside a rollout), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<String>,
-    /// Why the cluster refused its desired state (`Forbidden: cannot patch …`), while it does:
+    /// Why the cluster refused its desired state (`Forbidden: cannot patch …`), or why it cannot
+    /// be read (`Unreachable: …`, `Invalid endpoint.kubernetes.kubeconfig: …`), while it does:
     /// the cluster is held meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,

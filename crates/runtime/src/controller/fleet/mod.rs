@@ -561,8 +561,17 @@ impl FleetController {
     fn refusals(&mut self, now: Millis, out: &mut TickOutput) {
         let revision = self.machine.state().revision.clone();
         for (name, handle) in &self.clusters {
-            let refused: Option<BackendError> =
-                handle.refused.lock().expect("refused lock").clone();
+            // Refused by `ensure`, or by `observe` for a reason no retry mends (a kubeconfig
+            // that cannot be used, a permission lacking): held, said once.
+            let refused: Option<BackendError> = handle
+                .refused
+                .lock()
+                .expect("refused lock")
+                .clone()
+                .or_else(|| match &*handle.latest.lock().expect("observation lock") {
+                    Some((_, Err(error))) if !error.is_transient() => Some(error.clone()),
+                    _ => None,
+                });
             let said = self.refused.get(name).cloned();
             let message = match (&refused, said) {
                 (Some(error), said) if said.as_deref() != Some(&error.condition()) => {

@@ -138,7 +138,16 @@ impl FleetController {
                 .get(name)
                 .filter(|d| d.reported)
                 .map(|d| format!("runs {}, Git says {}", d.version, d.expected)),
-            condition: self.refused.get(name).cloned(),
+            condition: self.refused.get(name).cloned().or_else(|| {
+                // A cluster that cannot be read says why (an unreachable server, a kubeconfig
+                // that cannot be used, a permission lacking).
+                let handle = self.clusters.get(name)?;
+                let latest = handle.latest.lock().expect("observation lock");
+                match &*latest {
+                    Some((_, Err(error))) => Some(error.condition()),
+                    _ => None,
+                }
+            }),
         }
     }
 

@@ -887,11 +887,10 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
         stderr.contains("m.yaml:") && stderr.contains("steps[2].setWeight"),
         "{stderr}"
     );
-    // A cluster the daemon cannot drive: a Kubernetes cluster whose Rollout spec would be
-    // read from the cluster (`rolloutSource: cluster`, not built yet).
+    // A cluster the daemon cannot drive: one without an endpoint.
     let manifests = demo::manifests(&vec!["http://127.0.0.1:1".to_owned(); 4], 1.0).replacen(
         "endpoint: {agent: \"http://127.0.0.1:1\"}",
-        "endpoint: {kubernetes: {server: \"https://127.0.0.1:6443\"}}",
+        "endpoint: {}",
         1,
     );
     write("m.yaml", &manifests);
@@ -899,8 +898,7 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("spec.clusters[0].endpoint.kubernetes")
-            && stderr.contains("fleet/kubernetes-rollout-source"),
+        stderr.contains("spec.clusters[0].endpoint") && stderr.contains("has no endpoint"),
         "{stderr}"
     );
     assert!(!dir.path().join("s.redb").exists(), "a store was created");

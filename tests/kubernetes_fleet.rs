@@ -332,8 +332,59 @@ fn status_of<'a>(view: &'a FleetView, cluster: &str) -> &'a str {
         .map_or("", |c| c.status.as_str())
 }
 
+/// Who owns the Rollout's spec in the story's clusters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Argo CD (played by the test, with its field manager): `rolloutSource: cluster`.
+    Cluster,
+    /// Flotilla: `rolloutSource: flotilla`.
+    Flotilla,
+}
+
+/// The Rollout of the manifests with `image`, as Argo CD applies it to a cluster: labelled for
+/// Flotilla, server-side applied by Argo CD's field manager.
+async fn argocd_apply(cluster: &Cluster, manifests: &str, image: &str) {
+    let load = flotilla_core::manifest::load_bytes("manifests.yaml", manifests.as_bytes());
+    let rollout = load
+        .manifests
+        .iter()
+        .find_map(|m| match &m.manifest {
+            flotilla_core::spec::Manifest::Rollout(r) => Some(r.clone()),
+            _ => None,
+        })
+        .expect("the manifests hold the Rollout");
+    let mut rollout = serde_json::to_value(&rollout).unwrap();
+    rollout["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    rollout["metadata"]["namespace"] = json!("default");
+    rollout["metadata"]["labels"] = json!({
+        "argo-rollouts.argoproj.io/controller-instance-id": "flotilla",
+        "app.kubernetes.io/instance": "payments",
+    });
+    cluster
+        .rollouts
+        .patch(
+            "payments",
+            &kube::api::PatchParams::apply("argocd-controller").force(),
+            &kube::api::Patch::Apply(&rollout),
+        )
+        .await
+        .expect("Argo CD's apply");
+}
+
 #[test]
-fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alone() {
+fn three_clusters_in_three_waves_with_argo_cd_owning_the_spec() {
+    regression_story(Source::Cluster);
+}
+
+#[test]
+fn three_clusters_in_three_waves_with_flotilla_applying_the_spec() {
+    regression_story(Source::Flotilla);
+}
+
+/// Three clusters in three waves: a healthy release reaches the first, a regression in the
+/// second aborts it alone (its metrics from a real Prometheus), the third is held on its stable
+/// revision; ReplicaSets, Services and the Rollout status read back from each API server.
+fn regression_story(source: Source) {
     let _one = one_at_a_time();
     let env = TestEnv::start(&Options {
         clusters: CLUSTERS,
@@ -347,11 +398,12 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
     let exporter = exporter(series.clone());
     let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
         .expect("prometheus (apt-get install prometheus)");
-    std::fs::write(
-        dir.path().join("manifests.yaml"),
-        manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS),
-    )
-    .unwrap();
+    let mut text = manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS);
+    if source == Source::Cluster {
+        // The default: the spec is Argo CD's.
+        text = text.replace("  rolloutSource: flotilla\n", "");
+    }
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
     std::fs::write(
         dir.path().join("serve.yaml"),
         "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
@@ -376,6 +428,11 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
         let mut clusters = Vec::new();
         for cluster in env.clusters() {
             clusters.push(Cluster::prepare(cluster).await);
+        }
+        if source == Source::Cluster {
+            for cluster in &clusters {
+                argocd_apply(cluster, &text, V1).await;
+            }
         }
 
         // First start: the clusters run nothing, so 1.0 is deployed directly everywhere.
@@ -419,17 +476,48 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
         }
 
         // The release: 2.0 through the waves. cluster-0's objects are read back at every step.
-        serve
-            .client()
-            .command(
-                "payments",
-                &OperatorCommand::SetImage {
-                    container: None,
-                    image: V2.to_owned(),
-                },
-            )
-            .await
-            .unwrap();
+        match source {
+            Source::Flotilla => {
+                serve
+                    .client()
+                    .command(
+                        "payments",
+                        &OperatorCommand::SetImage {
+                            container: None,
+                            image: V2.to_owned(),
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+            Source::Cluster => {
+                // Argo CD syncs cluster-0 first: the specs disagree, nothing starts, and the
+                // fleet names who holds what.
+                argocd_apply(&clusters[0], &text, V2).await;
+                let view = serve
+                    .wait_for("the disagreement named", Duration::from_secs(30), |v| {
+                        v.errors.iter().any(|e| e.contains("disagree"))
+                    })
+                    .await;
+                let said = view.errors.join("\n");
+                assert!(
+                    said.contains(&format!("cluster-0 holds {V2}"))
+                        && said.contains(&format!("cluster-1, cluster-2 hold {V1}")),
+                    "{said}"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                for cluster in &clusters {
+                    assert!(
+                        !cluster.replica_sets().await.contains_key(&h2),
+                        "{}: a revision started while the specs disagree",
+                        cluster.name
+                    );
+                }
+                for cluster in &clusters[1..] {
+                    argocd_apply(cluster, &text, V2).await;
+                }
+            }
+        }
         let mut steps_seen = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
@@ -490,6 +578,36 @@ fn three_kubernetes_clusters_in_three_waves_a_regression_aborts_its_cluster_alon
                 && r1["status"]["phase"] == "Degraded";
             if settled {
                 assert_eq!(r1["status"]["stableRS"], h1.as_str());
+                let r2 = clusters[2].rollout().await.unwrap();
+                match source {
+                    // Argo CD synced 2.0 there too: held by its wave, with Flotilla's pause.
+                    Source::Cluster => {
+                        assert_eq!(r2["status"]["phase"], "Paused", "{}", r2["status"]);
+                        assert_eq!(
+                            r2["status"]["pauseConditions"][0]["reason"], "FleetWave",
+                            "{}",
+                            r2["status"]
+                        );
+                        assert_eq!(r2["spec"]["template"]["spec"]["containers"][0]["image"], V2);
+                        // The aborted cluster keeps Argo CD's spec: Flotilla never wrote it.
+                        assert_eq!(r1["spec"]["template"]["spec"]["containers"][0]["image"], V2);
+                        assert!(
+                            !managers(&r1).iter().any(|m| m == "flotilla")
+                                || r1["metadata"]["managedFields"]
+                                    .as_array()
+                                    .unwrap()
+                                    .iter()
+                                    .filter(|f| f["manager"] == "flotilla")
+                                    .all(|f| f["subresource"] == "status"),
+                            "Flotilla wrote the spec Argo CD owns: {}",
+                            r1["metadata"]["managedFields"]
+                        );
+                    }
+                    Source::Flotilla => {
+                        assert_eq!(r2["status"]["phase"], "Healthy", "{}", r2["status"]);
+                        assert_eq!(r2["spec"]["template"]["spec"]["containers"][0]["image"], V1);
+                    }
+                }
                 let progressing = r1["status"]["conditions"]
                     .as_array()
                     .unwrap()

@@ -236,6 +236,7 @@ impl AgentBackend {
                 stable: status.weights.stable as i32,
             }),
             serving,
+            rollout: None,
         })
     }
 }

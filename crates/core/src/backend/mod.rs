@@ -142,6 +142,12 @@ pub struct ClusterObserved {
     /// The version the cluster serves its stable traffic with, whatever the desired state says
     /// (None: nothing runs): what a first start adopts and drift is checked against.
     pub serving: Option<String>,
+    /// The Rollout as the cluster holds it, when its spec is owned there (Kubernetes,
+    /// `rolloutSource: cluster`: Argo CD or Flux applied it): where the fleet reads its revision
+    /// from. Only `apiVersion`, `kind`, `metadata` (name, namespace, labels, annotations) and
+    /// `spec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<serde_json::Value>,
 }
 
 impl ClusterObserved {

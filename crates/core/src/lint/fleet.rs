@@ -8,7 +8,7 @@ use regex::Regex;
 
 use super::{Index, Sink, placeholders};
 use crate::manifest::LoadedManifest;
-use crate::spec::fleet::{Cluster, Fleet, FleetRollout, RolloutSource, SelectorOperator};
+use crate::spec::fleet::{Cluster, Fleet, FleetRollout, SelectorOperator};
 use crate::spec::rollout::Rollout;
 
 fn check_url(sink: &mut Sink, loaded: &LoadedManifest, path: String, url: &str) {
@@ -139,73 +139,6 @@ pub(super) fn check_fleet(sink: &mut Sink, loaded: &LoadedManifest, fleet: &Flee
                 ),
             );
         }
-    }
-}
-
-/// Kubernetes clusters the FleetRollout targets whose Rollout spec would be owned in the
-/// cluster (`rolloutSource: cluster`, the default), which this version cannot drive. Reported
-/// where the effective value comes from: the cluster's override, else the FleetRollout's
-/// `spec.rolloutSource`, else the cluster's `endpoint.kubernetes` (nothing set).
-fn check_rollout_source(
-    sink: &mut Sink,
-    loaded: &LoadedManifest,
-    fleet_rollout: &FleetRollout,
-    fleet_loaded: &LoadedManifest,
-    clusters: &[Cluster],
-    targeted: &[&str],
-) {
-    const WHY: &str = "this version of Flotilla drives a Kubernetes cluster only with rolloutSource: flotilla (Flotilla applies the Rollout's spec there with its own field manager); cluster mode (the spec owned by Argo CD or Flux) is not built yet";
-    let name = fleet_rollout.metadata.name.as_deref().unwrap_or_default();
-    let own = fleet_rollout.spec.rollout_source;
-    let mut from_spec = Vec::new();
-    for (i, cluster) in clusters.iter().enumerate() {
-        if !targeted.contains(&cluster.name.as_str()) {
-            continue;
-        }
-        let Some(kubernetes) = cluster
-            .endpoint
-            .as_ref()
-            .filter(|e| e.agent.is_none())
-            .and_then(|e| e.kubernetes.as_ref())
-        else {
-            continue;
-        };
-        let path = format!("spec.clusters[{i}].endpoint.kubernetes");
-        match (kubernetes.rollout_source, own) {
-            (Some(RolloutSource::Flotilla), _) => {}
-            (Some(RolloutSource::Cluster), _) => sink.error(
-                fleet_loaded,
-                "fleet/kubernetes-rollout-source",
-                format!("{path}.rolloutSource"),
-                format!(
-                    "cluster {:?} (targeted by FleetRollout {name:?}) sets rolloutSource: cluster: {WHY}; set rolloutSource: flotilla",
-                    cluster.name
-                ),
-            ),
-            (None, Some(RolloutSource::Cluster)) => from_spec.push(format!("{:?}", cluster.name)),
-            (None, Some(RolloutSource::Flotilla)) => {}
-            (None, None) => sink.error(
-                fleet_loaded,
-                "fleet/kubernetes-rollout-source",
-                path,
-                format!(
-                    "cluster {:?} (targeted by FleetRollout {name:?}) gets the default rolloutSource: cluster, as neither it nor the FleetRollout sets one: {WHY}; set rolloutSource: flotilla here or in the FleetRollout's spec",
-                    cluster.name
-                ),
-            ),
-        }
-    }
-    if !from_spec.is_empty() {
-        sink.error(
-            loaded,
-            "fleet/kubernetes-rollout-source",
-            "spec.rolloutSource",
-            format!(
-                "rolloutSource: cluster applies to the Kubernetes {} {} this FleetRollout targets: {WHY}; set rolloutSource: flotilla",
-                if from_spec.len() == 1 { "cluster" } else { "clusters" },
-                from_spec.join(", ")
-            ),
-        );
     }
 }
 
@@ -433,18 +366,6 @@ pub(super) fn check_fleet_rollout(
     // Anti-patterns, which need the fleet's layout.
     let waves = fleet_rollout.waves(clusters);
     let targeted: Vec<&str> = waves.values().flatten().map(|s| s.as_str()).collect();
-    // Who owns the Rollout's spec in the targeted Kubernetes clusters (reported on the Fleet or
-    // on this FleetRollout, wherever the value to change is).
-    if let Some((fleet_loaded, _)) = index.fleets.get(spec.fleet.as_str()) {
-        check_rollout_source(
-            sink,
-            loaded,
-            fleet_rollout,
-            fleet_loaded,
-            clusters,
-            &targeted,
-        );
-    }
     if fleet.is_some() && waves.len() == 1 && targeted.len() > 1 {
         sink.warn(
             loaded,

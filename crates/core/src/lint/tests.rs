@@ -276,8 +276,6 @@ fn fleet(c1: &[(&str, &str)], c2: &[(&str, &str)]) -> String {
     fleet_of(&[cluster(1, "canary", c1), cluster(2, "prod", c2)])
 }
 
-/// A Kubernetes endpoint that sets no rolloutSource (the default is `cluster`).
-const K8S: &str = "{kubernetes: {context: kind-c1}}";
 /// A Kubernetes endpoint driven by Flotilla (`rolloutSource: flotilla`).
 const K8S_FLOTILLA: &str = "{kubernetes: {context: kind-c1, rolloutSource: flotilla}}";
 
@@ -1857,73 +1855,6 @@ fn cases() -> Vec<Case> {
     ]);
 
     // ----- Kubernetes clusters: who owns the Rollout's spec -----
-    // Reported where the effective rolloutSource comes from: the cluster's override (in the
-    // Fleet), else the FleetRollout's spec.rolloutSource, else the cluster's endpoint (nothing
-    // set, the default `cluster`).
-    let k8s_set = |c1_endpoint: &str, c2_endpoint: &str, overrides: &[(&str, &str)]| {
-        docs(&[
-            &fleet(&[("endpoint", c1_endpoint)], &[("endpoint", c2_endpoint)]),
-            &fleet_rollout(overrides),
-            &gated_rollout(),
-            &template_metric(&[]),
-        ])
-    };
-    let agent2 = "{agent: 'http://127.0.0.1:7102'}";
-    cases.extend([
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.clusters[0].endpoint.kubernetes",
-            k8s_set(K8S, agent2, &[]),
-            k8s_set(K8S, agent2, &[("rolloutSource", "flotilla")]),
-        ),
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.clusters[0].endpoint.kubernetes",
-            k8s_set(K8S, agent2, &[]),
-            k8s_set(K8S_FLOTILLA, agent2, &[]),
-        ),
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.rolloutSource",
-            k8s_set(K8S, K8S, &[("rolloutSource", "cluster")]),
-            k8s_set(K8S, K8S, &[("rolloutSource", "flotilla")]),
-        ),
-        // The cluster's override wins over the FleetRollout's, both ways.
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.clusters[1].endpoint.kubernetes.rolloutSource",
-            k8s_set(
-                K8S,
-                "{kubernetes: {context: kind-c2, rolloutSource: cluster}}",
-                &[("rolloutSource", "flotilla")],
-            ),
-            k8s_set(K8S, K8S, &[("rolloutSource", "flotilla")]),
-        ),
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.rolloutSource",
-            k8s_set(K8S, agent2, &[("rolloutSource", "cluster")]),
-            k8s_set(K8S_FLOTILLA, agent2, &[("rolloutSource", "cluster")]),
-        ),
-        // Only targeted clusters count.
-        case(
-            "fleet/kubernetes-rollout-source",
-            E,
-            "spec.clusters[1].endpoint.kubernetes",
-            k8s_set(K8S_FLOTILLA, K8S, &[]),
-            k8s_set(
-                K8S_FLOTILLA,
-                K8S,
-                &[("waves", "{list: [{cluster: c1, wave: 1}]}")],
-            ),
-        ),
-    ]);
-
     // ----- Multi-cluster anti-patterns -----
     let ungated = |waves_extra: &[(&str, &str)], rollout_text: &str| {
         docs(&[

@@ -72,6 +72,8 @@ struct Memory {
     /// An operator's patch being left in place: until the desired progress differs from this
     /// one, or the hold expires.
     hold: Option<(Value, Instant)>,
+    /// Since when the fleet holds the cluster behind its spec (its wave has not started).
+    held_since: Option<Millis>,
 }
 
 /// The Rollout kind.
@@ -557,7 +559,37 @@ impl KubeBackend {
             revisions,
             weights: None,
             serving,
+            rollout: (self.source == RolloutSource::Cluster)
+                .then(|| objects::held_rollout(&rollout)),
         })
+    }
+
+    /// Since when the fleet holds this cluster on an older revision than its spec asks for
+    /// (`rolloutSource: cluster`: Argo CD synced the new spec, the cluster's wave has not
+    /// started), None when it does not.
+    fn held_since(
+        &self,
+        rollout: &Value,
+        desired: &ClusterDesired,
+        hashes: &BTreeMap<RevisionNumber, String>,
+        now: Millis,
+    ) -> Option<Millis> {
+        let mut memory = self.memory.lock().expect("memory lock");
+        let current = desired.current.and_then(|c| hashes.get(&c));
+        let collisions = rollout["status"]["collisionCount"]
+            .as_i64()
+            .map(|c| c as i32);
+        let asked = pod_template_hash(&rollout["spec"]["template"], collisions).ok();
+        let held = self.source == RolloutSource::Cluster
+            && !desired.progress.abort
+            && current.is_some()
+            && asked.is_some()
+            && current != asked.as_ref();
+        if !held {
+            memory.held_since = None;
+            return None;
+        }
+        Some(*memory.held_since.get_or_insert(now))
     }
 
     /// Writes the engine's progress in the Rollout's status when a field differs, after taking
@@ -587,12 +619,15 @@ impl KubeBackend {
                 memory.hold = None;
             }
         }
+        let now = (self.clock)();
+        let held = self.held_since(rollout, desired, hashes, now);
         let wanted = status::status(&status::StatusInput {
             rollout,
             desired,
             hashes,
             counts,
-            now: (self.clock)(),
+            now,
+            held,
         });
         if status::holds(&rollout["status"], &wanted) {
             self.memory.lock().expect("memory lock").written = Some(wanted);

@@ -138,6 +138,30 @@ pub fn applied_rollout(manifest: &Value, namespace: &str, keep_replicas: bool) -
     })
 }
 
+/// The Rollout as the cluster holds it, reduced to what its owner (Argo CD, Flux) decides:
+/// `apiVersion`, `kind`, `metadata` (name, namespace, labels, annotations but the last applied
+/// configuration) and `spec` (`rolloutSource: cluster`).
+pub fn held_rollout(rollout: &Value) -> Value {
+    let metadata = &rollout["metadata"];
+    let mut reduced = json!({"name": metadata["name"], "namespace": metadata["namespace"]});
+    if let Some(labels) = metadata["labels"].as_object() {
+        reduced["labels"] = Value::Object(labels.clone());
+    }
+    if let Some(annotations) = metadata["annotations"].as_object() {
+        let mut annotations = annotations.clone();
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        if !annotations.is_empty() {
+            reduced["annotations"] = Value::Object(annotations);
+        }
+    }
+    json!({
+        "apiVersion": rollout["apiVersion"],
+        "kind": rollout["kind"],
+        "metadata": reduced,
+        "spec": rollout["spec"],
+    })
+}
+
 /// The manager and field of a server-side apply conflict, from the API server's message
 /// (`Apply failed with 1 conflict: conflict with "argocd-controller" using argoproj.io/v1alpha1:
 /// .spec.template.spec.containers[name="app"].image`).

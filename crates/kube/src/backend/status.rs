@@ -24,6 +24,9 @@ pub struct StatusInput<'a> {
     pub counts: &'a BTreeMap<String, ReplicaCounts>,
     /// Now, for the conditions that change.
     pub now: Millis,
+    /// Since when the fleet holds the cluster behind its spec (`rolloutSource: cluster`, its
+    /// wave not started): the status says so with a `FleetWave` pause condition.
+    pub held: Option<Millis>,
 }
 
 /// Milliseconds since the epoch as Kubernetes writes a `metav1.Time` (RFC 3339, seconds, UTC).
@@ -66,6 +69,7 @@ pub fn status(input: &StatusInput<'_>) -> Value {
         hashes,
         counts,
         now,
+        held,
     } = input;
     let progress = &desired.progress;
     let hash = |revision: Option<RevisionNumber>| revision.and_then(|r| hashes.get(&r)).cloned();
@@ -137,11 +141,20 @@ pub fn status(input: &StatusInput<'_>) -> Value {
             json!({"activeSelector": serving, "previewSelector": preview}),
         );
     }
-    let pauses: Vec<Value> = progress
+    let mut pauses: Vec<Value> = progress
         .pause_conditions
         .iter()
         .map(|p| json!({"reason": format!("{:?}", p.reason), "startTime": rfc3339(p.start_time)}))
         .collect();
+    if let Some(since) = held {
+        pauses.push(json!({"reason": "FleetWave", "startTime": rfc3339(*since)}));
+        status.insert("phase".into(), json!("Paused"));
+        status.insert(
+            "message".into(),
+            json!("FleetWave: the fleet holds this cluster on its stable revision until its wave starts"),
+        );
+    }
+    let paused = !pauses.is_empty();
     status.insert(
         "pauseConditions".into(),
         if pauses.is_empty() {
@@ -153,7 +166,7 @@ pub fn status(input: &StatusInput<'_>) -> Value {
     // Argo sets it whenever the controller itself paused (a pause step, an inconclusive run).
     status.insert(
         "controllerPause".into(),
-        json!(progress.controller_pause || !progress.pause_conditions.is_empty()),
+        json!(progress.controller_pause || paused),
     );
     status.insert("abort".into(), json!(progress.abort));
     status.insert(
@@ -164,7 +177,8 @@ pub fn status(input: &StatusInput<'_>) -> Value {
     );
     status.insert("promoteFull".into(), json!(progress.promote_full));
     let revision = desired.current.unwrap_or_default();
-    let completed = current.is_some() && current == serving && progress.phase == Phase::Healthy;
+    let healthy = progress.phase == Phase::Healthy && held.is_none();
+    let completed = current.is_some() && current == serving && healthy;
     let mut wanted = vec![
         if total.available >= spec_replicas {
             (
@@ -259,7 +273,7 @@ pub fn status(input: &StatusInput<'_>) -> Value {
             )
         },
     ];
-    if !progress.pause_conditions.is_empty() || progress.controller_pause {
+    if paused || progress.controller_pause {
         wanted.push((
             "Paused",
             true,
@@ -387,6 +401,7 @@ mod tests {
             hashes: &hashes,
             counts: &counts,
             now: 1_700_000_001_000,
+            held: None,
         });
         assert_eq!(status["observedGeneration"], "3");
         assert_eq!(status["phase"], "Paused");
@@ -418,8 +433,43 @@ mod tests {
             hashes: &hashes,
             counts: &counts,
             now: 1_700_000_099_000,
+            held: None,
         });
         assert!(holds(&again["status"], &second));
+    }
+
+    #[test]
+    fn a_cluster_held_by_its_wave_is_paused_with_a_fleet_wave_condition() {
+        let hashes = BTreeMap::from([(1, "aaa".to_owned())]);
+        let desired = ClusterDesired {
+            current: Some(1),
+            serving: Some(1),
+            progress: flotilla_core::backend::DesiredProgress {
+                phase: Phase::Healthy,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let rollout = rollout();
+        let status = status(&StatusInput {
+            rollout: &rollout,
+            desired: &desired,
+            hashes: &hashes,
+            counts: &BTreeMap::new(),
+            now: 0,
+            held: Some(1_700_000_000_000),
+        });
+        assert_eq!(status["phase"], "Paused");
+        assert_eq!(status["pauseConditions"][0]["reason"], "FleetWave");
+        assert_eq!(status["controllerPause"], true);
+        assert_eq!(status["stableRS"], "aaa");
+        let completed = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Completed")
+            .unwrap();
+        assert_eq!(completed["status"], "False");
     }
 
     #[test]
@@ -438,6 +488,7 @@ mod tests {
             hashes: &hashes,
             counts: &BTreeMap::new(),
             now: 0,
+            held: None,
         });
         assert_eq!(status["abort"], true);
         assert_eq!(status["phase"], "Degraded");

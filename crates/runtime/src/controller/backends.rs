@@ -41,12 +41,6 @@ impl Backends {
                     .rollout_source
                     .or(target.rollout_source)
                     .unwrap_or_default();
-                if source == RolloutSource::Cluster {
-                    return Err(format!(
-                        "cluster {:?}: rolloutSource: cluster (the default) is not driven by this version of Flotilla; set rolloutSource: flotilla on the FleetRollout or the cluster's endpoint",
-                        cluster.name
-                    ));
-                }
                 return Ok(Arc::new(KubeBackend::new(
                     &cluster.name,
                     kubernetes,
@@ -93,6 +87,22 @@ impl Backends {
     ) -> Result<Arc<dyn ClusterBackend>, String> {
         (self.connect)(cluster, target)
     }
+}
+
+/// Whether `cluster`'s Rollout spec is owned in the cluster (a Kubernetes cluster with
+/// `rolloutSource: cluster`, its own or the FleetRollout's, the default): the fleet then reads
+/// its revision from such clusters' specs.
+pub fn spec_in_cluster(cluster: &Cluster, target: &Target) -> bool {
+    cluster
+        .endpoint
+        .as_ref()
+        .and_then(|e| e.kubernetes.as_ref())
+        .is_some_and(|k| {
+            k.rollout_source
+                .or(target.rollout_source)
+                .unwrap_or_default()
+                == RolloutSource::Cluster
+        })
 }
 
 /// What the backend of `cluster` can do, as `flotilla lint` checks a Rollout against it (None:

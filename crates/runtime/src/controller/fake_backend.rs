@@ -163,6 +163,7 @@ impl FakeBackend {
             revisions,
             weights: Some(weights),
             serving,
+            rollout: None,
         })
     }
 }

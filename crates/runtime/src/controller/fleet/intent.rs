@@ -131,6 +131,19 @@ impl FleetController {
             self.record.state = self.machine.state().clone();
             return audit;
         }
+        if !self.spec_sources.is_empty() {
+            // rolloutSource: cluster: the revision comes from the clusters' specs.
+            self.record.source_hash = hash;
+            self.record.state = self.machine.state().clone();
+            audit.push(self.sync_entry(
+                now,
+                format!(
+                    "commit {short}: the Rollout's spec is read from the clusters (rolloutSource: cluster); the manifests' copy ({}) starts no revision",
+                    first_image(&desired.rollout)
+                ),
+            ));
+            return audit;
+        }
         self.record.source_hash = hash;
         let (old_revision, old_phase) = (
             self.machine.state().revision.clone(),

@@ -10,6 +10,7 @@
 
 mod cluster;
 mod decisions;
+mod follow;
 mod images;
 mod intent;
 mod repair;
@@ -92,6 +93,13 @@ pub struct FleetController {
     /// Correct drift (else report it only).
     correct_drift: bool,
     drift: BTreeMap<String, Drift>,
+    /// Clusters whose Rollout spec is owned in the cluster (`rolloutSource: cluster`): the
+    /// fleet's revision is read from them ([`follow`]).
+    spec_sources: std::collections::BTreeSet<String>,
+    /// The spec each of them last held.
+    held_specs: BTreeMap<String, serde_json::Value>,
+    /// Why their specs give no revision (they disagree, one cannot be read), while they do.
+    disagreement: Option<String>,
 }
 
 /// What every fleet's controller is wired to: the metric providers, the tick, the drift policy
@@ -175,6 +183,7 @@ impl FleetController {
             .map(|spec| (template_hash(spec), first_image(spec)))
             .collect();
         let mut controller_clusters = BTreeMap::new();
+        let mut spec_sources = std::collections::BTreeSet::new();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
         for cluster in &desired.fleet.spec.clusters {
             if !plan.clusters.contains_key(&cluster.name) {
@@ -184,6 +193,9 @@ impl FleetController {
                 rollout: desired.fleet_rollout.spec.rollout.clone(),
                 rollout_source: desired.fleet_rollout.spec.rollout_source,
             };
+            if super::backends::spec_in_cluster(cluster, &target) {
+                spec_sources.insert(cluster.name.clone());
+            }
             let backend = wiring
                 .backends
                 .connect(cluster, &target)
@@ -201,7 +213,8 @@ impl FleetController {
                 ClusterHandle::spawn(cluster.name.clone(), backend, tick),
             );
         }
-        let changed = source_hash != record.source_hash;
+        // With specs owned in the clusters, an edit of the manifests' copy is no revision.
+        let changed = source_hash != record.source_hash && spec_sources.is_empty();
         record.source_hash = source_hash;
         record.state = machine.state().clone();
         let mut controller = FleetController {
@@ -223,6 +236,9 @@ impl FleetController {
             pending: Default::default(),
             correct_drift,
             drift: BTreeMap::new(),
+            spec_sources,
+            held_specs: BTreeMap::new(),
+            disagreement: None,
         };
         if changed {
             controller.change_spec(desired.rollout.clone());
@@ -394,6 +410,8 @@ impl FleetController {
                 }
             }
         }
+        // Specs owned in the clusters: their agreement is the fleet's revision.
+        self.follow_clusters(&fresh, now, &mut out);
         // First start: each cluster is adopted from what it runs, before its first reconcile.
         let adopting: Vec<String> = self.record.adopting.iter().cloned().collect();
         for name in adopting {

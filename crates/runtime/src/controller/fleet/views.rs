@@ -21,7 +21,12 @@ impl FleetController {
             wave: (state.wave + 1).min(self.machine.plan().waves.len()),
             waves: self.machine.plan().waves.len(),
             message: state.message.clone(),
-            errors: self.invalid.clone(),
+            errors: self
+                .invalid
+                .iter()
+                .chain(&self.disagreement)
+                .cloned()
+                .collect(),
         }
     }
 
@@ -52,7 +57,12 @@ impl FleetController {
                     barrier: self.machine.barrier_status(i, &self.record.specs.next),
                 })
                 .collect(),
-            errors: self.invalid.clone(),
+            errors: self
+                .invalid
+                .iter()
+                .chain(&self.disagreement)
+                .cloned()
+                .collect(),
         }
     }
 

@@ -758,7 +758,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
             .await
             .unwrap();
 
-        let serve = Serve::start(dir.path());
+        let mut serve = Serve::start(dir.path());
         serve
             .wait_for("1.0 deployed", Duration::from_secs(120), |v| {
                 v.phase == "Completed"
@@ -824,8 +824,13 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
         let shown = plugin(&["get", "rollout", "payments"]);
         assert!(shown.contains("3/4"), "{shown}");
 
-        // abort: the canary goes to zero, the stable serves, the Rollout is Degraded.
+        // abort, issued while Flotilla is down (killed): heard once it is back, told apart from
+        // its own last write by what the Rollout remembers of it. The canary goes to zero, the
+        // stable serves, the Rollout is Degraded.
+        serve.child.kill().unwrap();
+        serve.child.wait().unwrap();
         plugin(&["abort", "payments"]);
+        let serve = Serve::start(dir.path());
         let aborted = wait_rollout(
             &cluster,
             &serve,

@@ -47,6 +47,32 @@ pub fn issued(now: &Value, written: Option<&Value>) -> Vec<ClusterCommand> {
     out
 }
 
+/// The annotation on the Rollout where Flotilla keeps what [`issued`] compares of its last
+/// status write, so that a restarted controller still tells its own writes from an operator's
+/// patch made while it was down.
+pub const LAST_STATUS_ANNOTATION: &str = "flotilla.dev/last-status";
+
+/// The fields of a status that operator commands patch (what [`issued`] compares).
+pub fn remembered(status: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for field in [
+        "abort",
+        "promoteFull",
+        "pauseConditions",
+        "currentStepIndex",
+    ] {
+        out.insert(field.to_owned(), status[field].clone());
+    }
+    Value::Object(out)
+}
+
+/// The last status write a Rollout remembers (its [`LAST_STATUS_ANNOTATION`]).
+pub fn recalled(rollout: &Value) -> Option<Value> {
+    rollout["metadata"]["annotations"][LAST_STATUS_ANNOTATION]
+        .as_str()
+        .and_then(|text| serde_json::from_str(text).ok())
+}
+
 /// Who patched the status last, from `managedFields` (the latest entry on the `status`
 /// subresource that is not Flotilla's), as `kubectl-argo-rollouts (status)`.
 fn origin(rollout: &Value) -> String {
@@ -79,6 +105,22 @@ mod tests {
             ]},
             "status": status,
         })
+    }
+
+    #[test]
+    fn a_remembered_write_is_recalled_from_the_annotation() {
+        let written = json!({"abort": true, "phase": "Degraded", "currentStepIndex": 2});
+        let kept = remembered(&written);
+        assert_eq!(
+            kept,
+            json!({"abort": true, "promoteFull": null, "pauseConditions": null, "currentStepIndex": 2})
+        );
+        let rollout =
+            json!({"metadata": {"annotations": {LAST_STATUS_ANNOTATION: kept.to_string()}}});
+        assert_eq!(recalled(&rollout), Some(kept.clone()));
+        // An operator's retry made while Flotilla was down is heard after a restart.
+        let retried = issued(&read(json!({"abort": false})), recalled(&rollout).as_ref());
+        assert_eq!(retried[0].verb, ClusterVerb::Retry);
     }
 
     #[test]

@@ -605,6 +605,10 @@ impl KubeBackend {
         let progress = serde_json::to_value(&desired.progress).unwrap_or_default();
         {
             let mut memory = self.memory.lock().expect("memory lock");
+            if memory.written.is_none() {
+                // After a restart: the last write as the Rollout remembers it.
+                memory.written = commands::recalled(rollout);
+            }
             let issued = commands::issued(rollout, memory.written.as_ref());
             if !issued.is_empty() {
                 memory.commands.extend(issued);
@@ -629,23 +633,29 @@ impl KubeBackend {
             now,
             held,
         });
-        if status::holds(&rollout["status"], &wanted) {
-            self.memory.lock().expect("memory lock").written = Some(wanted);
-            return Ok(());
-        }
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
-        let patch = json!({"status": wanted});
-        api.patch_status(
-            &self.rollout,
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..Default::default()
-            },
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|e| self.fail("patch", "rollouts.argoproj.io/status", e))?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..Default::default()
+        };
+        if !status::holds(&rollout["status"], &wanted) {
+            let patch = json!({"status": wanted});
+            api.patch_status(&self.rollout, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| self.fail("patch", "rollouts.argoproj.io/status", e))?;
+        }
+        // What the commands are told apart by, kept on the Rollout for a restarted controller
+        // (written only when it changes: a pause, a step, an abort).
+        let remembered = commands::remembered(&wanted);
+        if commands::recalled(rollout).as_ref() != Some(&remembered) {
+            let patch = json!({"metadata": {"annotations": {
+                commands::LAST_STATUS_ANNOTATION: remembered.to_string(),
+            }}});
+            api.patch(&self.rollout, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| self.fail("patch", "rollouts.argoproj.io", e))?;
+        }
         self.memory.lock().expect("memory lock").written = Some(wanted);
         Ok(())
     }

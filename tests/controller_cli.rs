@@ -14,7 +14,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{first_line, flotilla, json_field};
+use common::{first_line, flotilla, json_field, runtime};
 use flotilla_agent::loadgen::{self, Target};
 use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
@@ -393,14 +393,6 @@ fn wait_stable_ready(control: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// `flotilla demo` reaches each scenario's expected outcome, exits 0, and no request of its

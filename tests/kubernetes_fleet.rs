@@ -8,11 +8,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{first_line, flotilla, json_field};
+use common::{first_line, flotilla, json_field, runtime};
 use flotilla_core::rollout::pod_template_hash::pod_template_hash;
 use flotilla_runtime::controller::client::ApiClient;
 use flotilla_runtime::controller::record::{FleetView, OperatorCommand};
@@ -386,13 +386,7 @@ fn three_clusters_in_three_waves_with_flotilla_applying_the_spec() {
 /// revision; ReplicaSets, Services and the Rollout status read back from each API server.
 fn regression_story(source: Source) {
     let _one = one_at_a_time();
-    let env = TestEnv::start(&Options {
-        clusters: CLUSTERS,
-        nodes: 2,
-        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
-        ..Options::default()
-    })
-    .expect("the Kubernetes test environment starts");
+    let env = start_env(CLUSTERS);
     let dir = tempfile::tempdir().unwrap();
     let series: Series = Arc::default();
     let exporter = exporter(series.clone());
@@ -404,11 +398,7 @@ fn regression_story(source: Source) {
         text = text.replace("  rolloutSource: flotilla\n", "");
     }
     std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
-    std::fs::write(
-        dir.path().join("serve.yaml"),
-        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
-    )
-    .unwrap();
+    write_serve_config(dir.path());
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
     {
         let mut series = series.lock().unwrap();
@@ -419,11 +409,7 @@ fn regression_story(source: Source) {
             series.insert((cluster.name.clone(), h2.clone()), canary);
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let mut clusters = Vec::new();
         for cluster in env.clusters() {
@@ -478,17 +464,7 @@ fn regression_story(source: Source) {
         // The release: 2.0 through the waves. cluster-0's objects are read back at every step.
         match source {
             Source::Flotilla => {
-                serve
-                    .client()
-                    .command(
-                        "payments",
-                        &OperatorCommand::SetImage {
-                            container: None,
-                            image: V2.to_owned(),
-                        },
-                    )
-                    .await
-                    .unwrap();
+                set_image(&serve, V2).await;
             }
             Source::Cluster => {
                 // Argo CD syncs cluster-0 first: the specs disagree, nothing starts, and the
@@ -591,16 +567,15 @@ fn regression_story(source: Source) {
                         assert_eq!(r2["spec"]["template"]["spec"]["containers"][0]["image"], V2);
                         // The aborted cluster keeps Argo CD's spec: Flotilla never wrote it.
                         assert_eq!(r1["spec"]["template"]["spec"]["containers"][0]["image"], V2);
+                        let ours: Vec<&Value> = r1["metadata"]["managedFields"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter(|f| f["manager"] == "flotilla")
+                            .collect();
                         assert!(
-                            !managers(&r1).iter().any(|m| m == "flotilla")
-                                || r1["metadata"]["managedFields"]
-                                    .as_array()
-                                    .unwrap()
-                                    .iter()
-                                    .filter(|f| f["manager"] == "flotilla")
-                                    .all(|f| f["subresource"] == "status"),
-                            "Flotilla wrote the spec Argo CD owns: {}",
-                            r1["metadata"]["managedFields"]
+                            ours.iter().all(|f| f["fieldsV1"].get("f:spec").is_none()),
+                            "Flotilla wrote the spec Argo CD owns: {ours:?}"
                         );
                     }
                     Source::Flotilla => {
@@ -633,6 +608,41 @@ fn regression_story(source: Source) {
         drop(serve);
     });
     drop(prometheus);
+}
+
+/// A test environment of `clusters` clusters with Argo Rollouts' CRDs.
+fn start_env(clusters: usize) -> TestEnv {
+    TestEnv::start(&Options {
+        clusters,
+        nodes: 2,
+        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
+        ..Options::default()
+    })
+    .expect("the Kubernetes test environment starts")
+}
+
+/// `serve.yaml` in `dir`: the manifests of `manifests.yaml`, a store, a 300 ms tick.
+fn write_serve_config(dir: &Path) {
+    std::fs::write(
+        dir.join("serve.yaml"),
+        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
+    )
+    .unwrap();
+}
+
+/// `flotilla set image` through the API: a new fleet revision.
+async fn set_image(serve: &Serve, image: &str) {
+    serve
+        .client()
+        .command(
+            "payments",
+            &OperatorCommand::SetImage {
+                container: None,
+                image: image.to_owned(),
+            },
+        )
+        .await
+        .unwrap();
 }
 
 /// Polls one cluster's Rollout until `done` holds (at most `limit`).
@@ -680,13 +690,7 @@ fn managers(object: &Value) -> Vec<String> {
 #[test]
 fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() {
     let _one = one_at_a_time();
-    let env = TestEnv::start(&Options {
-        clusters: 1,
-        nodes: 2,
-        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
-        ..Options::default()
-    })
-    .expect("the Kubernetes test environment starts");
+    let env = start_env(1);
     let kubeconfig = env.cluster(0).kubeconfig.display().to_string();
     let port = || {
         std::net::TcpListener::bind("127.0.0.1:0")
@@ -717,11 +721,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
         manifests(&env, None, steps),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("serve.yaml"),
-        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
-    )
-    .unwrap();
+    write_serve_config(dir.path());
     let plugin = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["-n", "default", "--kubeconfig", &kubeconfig]);
@@ -729,11 +729,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
             .expect("kubectl-argo-rollouts runs")
     };
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let cluster = Cluster::prepare(env.cluster(0)).await;
         // An unlabelled Rollout: Argo's.
@@ -772,17 +768,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
             |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
         )
         .await;
-        serve
-            .client()
-            .command(
-                "payments",
-                &OperatorCommand::SetImage {
-                    container: None,
-                    image: V2.to_owned(),
-                },
-            )
-            .await
-            .unwrap();
+        set_image(&serve, V2).await;
         wait_rollout(
             &cluster,
             &serve,
@@ -944,13 +930,7 @@ fn cluster_view<'a>(
 #[test]
 fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
     let _one = one_at_a_time();
-    let env = TestEnv::start(&Options {
-        clusters: 2,
-        nodes: 2,
-        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
-        ..Options::default()
-    })
-    .expect("the Kubernetes test environment starts");
+    let env = start_env(2);
     let dir = tempfile::tempdir().unwrap();
     let steps = "        - setWeight: 34\n        - pause: {duration: 6s}\n        - setWeight: 67\n        - pause: {duration: 1s}\n";
     // Two broken clusters in the last waves: a kubeconfig that is not YAML, and a good
@@ -976,17 +956,9 @@ fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
         "        - {cluster: cluster-1, wave: 2}\n        - {cluster: garbled, wave: 3}\n        - {cluster: silent, wave: 4}\n",
     );
     std::fs::write(dir.path().join("manifests.yaml"), manifests).unwrap();
-    std::fs::write(
-        dir.path().join("serve.yaml"),
-        "listen: \"127.0.0.1:0\"\nstore: state.redb\nmanifests: manifests.yaml\ntick: 300ms\n",
-    )
-    .unwrap();
+    write_serve_config(dir.path());
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let cluster = Cluster::prepare(env.cluster(0)).await;
         // cluster-1 lacks Argo's Rollout CRD (never installed there, or removed).
@@ -1042,17 +1014,7 @@ fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
         );
 
         // The release; the controller is killed in the middle of the 6 s pause.
-        serve
-            .client()
-            .command(
-                "payments",
-                &OperatorCommand::SetImage {
-                    container: None,
-                    image: V2.to_owned(),
-                },
-            )
-            .await
-            .unwrap();
+        set_image(&serve, V2).await;
         let paused = wait_rollout(
             &cluster,
             &serve,
@@ -1128,5 +1090,254 @@ fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
         assert_eq!(ours.status, "Paused", "{view:#?}");
         assert!(ours.reason.contains("no analysis"), "{view:#?}");
         assert!(cluster_view(&view, "garbled").condition.is_some());
+    });
+}
+
+/// A cluster's API server killed (SIGKILL) in the middle of its canary: the cluster waits,
+/// shown unreachable with its condition, nothing of it is promoted and the next wave does not
+/// start; once the server is back, the cluster resumes where it was and the release completes.
+#[test]
+fn a_killed_api_server_holds_its_cluster_until_it_is_back() {
+    let _one = one_at_a_time();
+    let env = start_env(2);
+    let dir = tempfile::tempdir().unwrap();
+    let series: Series = Arc::default();
+    let exporter = exporter(series.clone());
+    let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
+        .expect("prometheus (apt-get install prometheus)");
+    std::fs::write(
+        dir.path().join("manifests.yaml"),
+        manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS),
+    )
+    .unwrap();
+    write_serve_config(dir.path());
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    for cluster in env.clusters() {
+        let mut series = series.lock().unwrap();
+        series.insert((cluster.name.clone(), h1.clone()), 0.0);
+        series.insert((cluster.name.clone(), h2.clone()), 0.0);
+    }
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut clusters = Vec::new();
+        for cluster in env.clusters() {
+            clusters.push(Cluster::prepare(cluster).await);
+        }
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 everywhere", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        set_image(&serve, V2).await;
+        let before = wait_rollout(
+            &clusters[0],
+            &serve,
+            "cluster-0's canary",
+            Duration::from_secs(60),
+            |r, sets| {
+                r["status"]["currentPodHash"] == h2.as_str()
+                    && r["status"]["currentStepIndex"]
+                        .as_i64()
+                        .is_some_and(|s| s >= 1)
+                    && sets.get(&h2).is_some_and(|s| s.0 >= 1)
+            },
+        )
+        .await;
+        env.kill_apiserver(0)
+            .expect("kill -9 cluster-0's API server");
+        let down = Instant::now();
+        let view = serve
+            .wait_for("cluster-0 unreachable", Duration::from_secs(30), |v| {
+                let c = cluster_view(v, "cluster-0");
+                !c.reachable
+                    && c.condition
+                        .as_deref()
+                        .is_some_and(|t| t.starts_with("Unreachable"))
+            })
+            .await;
+        assert_ne!(status_of(&view, "cluster-0"), "Validated", "{view:#?}");
+        // Down for a while: nothing of cluster-0 is decided, the next wave does not start.
+        tokio::time::sleep(Duration::from_secs(6).saturating_sub(down.elapsed())).await;
+        let view = serve.client().fleet("payments").await.unwrap();
+        assert_ne!(status_of(&view, "cluster-0"), "Validated", "{view:#?}");
+        assert!(
+            !clusters[1].replica_sets().await.contains_key(&h2),
+            "the next wave started while cluster-0 could not be read"
+        );
+        env.restore_apiserver(0)
+            .expect("cluster-0's API server comes back");
+        let after = wait_rollout(
+            &clusters[0],
+            &serve,
+            "cluster-0 read again",
+            Duration::from_secs(60),
+            |r, _| r["status"]["currentPodHash"] == h2.as_str(),
+        )
+        .await;
+        assert!(
+            after["status"]["currentStepIndex"].as_i64()
+                >= before["status"]["currentStepIndex"].as_i64(),
+            "cluster-0 went back a step: {} then {}",
+            before["status"],
+            after["status"]
+        );
+        serve
+            .wait_for("the release completed", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+                    && status_of(v, "cluster-0") == "Validated"
+                    && status_of(v, "cluster-1") == "Validated"
+            })
+            .await;
+        for cluster in &clusters {
+            wait_rollout(
+                cluster,
+                &serve,
+                "2.0 healthy",
+                Duration::from_secs(60),
+                |r, sets| {
+                    r["status"]["stableRS"] == h2.as_str()
+                        && sets.get(&h2) == Some(&(3, 3))
+                        && sets.len() == 2
+                },
+            )
+            .await;
+        }
+    });
+    drop(prometheus);
+}
+
+/// Posts each document of `yaml` (ServiceAccounts, Roles, RoleBindings in `default`) to cluster
+/// `i` as its admin, verbatim: the API server reads YAML itself.
+fn post_yaml(env: &TestEnv, i: usize, yaml: &str) {
+    let cluster = env.cluster(i);
+    for document in yaml.split("\n---\n") {
+        let kind = document
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .expect("each document has a kind")
+            .trim();
+        let path = match kind {
+            "ServiceAccount" => "/api/v1/namespaces/default/serviceaccounts",
+            "Role" => "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+            "RoleBinding" => "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            other => panic!("unexpected kind {other}"),
+        };
+        let out = Command::new("curl")
+            .args(["-sS", "-f", "--cacert"])
+            .arg(env.dir().join("pki/ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {}", cluster.token)])
+            .args([
+                "-H",
+                "Content-Type: application/yaml",
+                "--data-binary",
+                document,
+            ])
+            .arg(format!("{}{path}", cluster.server))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "posting a {kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A kubeconfig for cluster `i` with the ServiceAccount `flotilla`'s token (a TokenRequest).
+async fn service_account_kubeconfig(env: &TestEnv, i: usize, dir: &Path) -> std::path::PathBuf {
+    let cluster = env.cluster(i);
+    let client = cluster.client().await.unwrap();
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client, "default");
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let token = accounts
+        .create_token_request("flotilla", &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .unwrap()
+        .token;
+    let admin = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
+    let path = dir.join(format!("flotilla-{i}.kubeconfig"));
+    std::fs::write(&path, admin.replace(&cluster.token, &token)).unwrap();
+    path
+}
+
+/// docs/kubernetes-rbac.yaml, applied verbatim, is all Flotilla needs in a cluster: a fleet
+/// driven with that ServiceAccount's token deploys; the same Role without `create` on
+/// ReplicaSets holds its cluster with a condition naming the cluster, the verb and the resource.
+#[test]
+fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
+    let _one = one_at_a_time();
+    let env = start_env(2);
+    let dir = tempfile::tempdir().unwrap();
+    let rbac = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes-rbac.yaml"),
+    )
+    .unwrap();
+    let lacking = rbac.replace(
+        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"create\", \"patch\"]",
+        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"patch\"]",
+    );
+    assert_ne!(lacking, rbac, "the Role grants create on replicasets");
+    post_yaml(&env, 0, &rbac);
+    post_yaml(&env, 1, &lacking);
+    let (h1, runtime) = (
+        argo_hash(V1),
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
+    runtime.block_on(async {
+        let mut text = manifests(&env, None, "        - setWeight: 50\n        - pause: {}\n");
+        for i in 0..2 {
+            let restricted = service_account_kubeconfig(&env, i, dir.path()).await;
+            text = text.replace(
+                &env.cluster(i).kubeconfig.display().to_string(),
+                &restricted.display().to_string(),
+            );
+        }
+        std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+        write_serve_config(dir.path());
+        let clusters = [
+            Cluster::prepare(env.cluster(0)).await,
+            Cluster::prepare(env.cluster(1)).await,
+        ];
+        let serve = Serve::start(dir.path());
+        wait_rollout(
+            &clusters[0],
+            &serve,
+            "1.0 healthy with the documented Role",
+            Duration::from_secs(90),
+            |r, sets| {
+                sets.get(&h1) == Some(&(3, 3))
+                    && r["status"]["phase"] == "Healthy"
+                    && r["metadata"]["annotations"]["flotilla.dev/last-status"].is_string()
+            },
+        )
+        .await;
+        assert_eq!(
+            clusters[0].selector("payments-stable").await.as_deref(),
+            Some(h1.as_str())
+        );
+        let view = serve
+            .wait_for(
+                "cluster-1's missing permission named",
+                Duration::from_secs(60),
+                |v| cluster_view(v, "cluster-1").condition.is_some(),
+            )
+            .await;
+        let condition = cluster_view(&view, "cluster-1").condition.clone().unwrap();
+        assert!(
+            condition.starts_with("Forbidden: cannot create replicasets.apps")
+                && condition.contains("\"cluster-1\"")
+                && condition.contains("system:serviceaccount:default:flotilla"),
+            "{condition}"
+        );
+        assert!(clusters[1].replica_sets().await.is_empty());
     });
 }

@@ -32,3 +32,12 @@ pub fn json_field(line: &str, field: &str) -> String {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
     value[field].as_str().expect("field").to_owned()
 }
+
+/// A two-thread tokio runtime for a test's async part.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

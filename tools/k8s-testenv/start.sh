@@ -161,7 +161,7 @@ contexts:
 current-context: cluster-$i
 EOF
   echo "API_PORT_$i=$port" >>"$DIR/env"
-  run "kube-apiserver-$i" "$BIN/kube-apiserver" \
+  run "kube-apiserver-$i" bash "$HERE/restartable.sh" "$c/apiserver" "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/cluster-$i" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
     --cert-dir "$c/certs" --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \

@@ -287,6 +287,48 @@ impl TestEnv {
         &self.clusters[i]
     }
 
+    /// Kills cluster `i`'s kube-apiserver with SIGKILL and keeps it down until
+    /// [`TestEnv::restore_apiserver`] (its controller-manager, scheduler and kwok keep running
+    /// and retry, as beside a crashed control plane).
+    pub fn kill_apiserver(&self, i: usize) -> Result<(), Error> {
+        let dir = self.dir().join(format!("cluster-{i}/apiserver"));
+        std::fs::write(dir.join("down"), b"").map_err(io("marking the API server down"))?;
+        let pid =
+            std::fs::read_to_string(dir.join("pid")).map_err(io("reading the API server's pid"))?;
+        let status = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .map_err(io("running kill"))?;
+        if !status.success() {
+            return Err(Error::Start(format!(
+                "kill -KILL {} exited with {status}",
+                pid.trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts cluster `i`'s kube-apiserver again (same port, same etcd data) and waits until it
+    /// accepts connections (at most 60 s).
+    pub fn restore_apiserver(&self, i: usize) -> Result<(), Error> {
+        let dir = self.dir().join(format!("cluster-{i}/apiserver"));
+        std::fs::remove_file(dir.join("down")).map_err(io("marking the API server up"))?;
+        let address = self.clusters[i]
+            .server
+            .trim_start_matches("https://")
+            .to_owned();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&address).is_err() {
+            if Instant::now() > deadline {
+                return Err(Error::Start(format!(
+                    "cluster-{i}'s API server did not come back on {address}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
     /// Where the binaries are.
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir

@@ -401,7 +401,7 @@ impl KubeBackend {
                             field: "spec.template".to_owned(),
                             message: e.to_string(),
                         })?;
-                    match api.create(&PostParams::default(), &rs).await {
+                    match api.create(&post_params(), &rs).await {
                         Ok(_) => {}
                         Err(kube::Error::Api(status)) if status.code == 409 => {
                             // Made by a previous attempt, or a hash collision: read again.
@@ -426,7 +426,7 @@ impl KubeBackend {
                             "metadata": {"annotations": {objects::REVISION_ANNOTATION: number.to_string()}},
                             "spec": {"replicas": want},
                         });
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        api.patch(&name, &patch_params(), &Patch::Merge(&patch))
                             .await
                             .map_err(|e| self.fail("patch", "replicasets.apps", e))?;
                     }
@@ -508,7 +508,7 @@ impl KubeBackend {
                 })?;
             let read = serde_json::to_value(&service).unwrap_or_default();
             if let Some(patch) = objects::service_patch(&read, &self.rollout, &target) {
-                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                api.patch(name, &patch_params(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| self.fail("patch", "services", e))?;
             }
@@ -635,10 +635,7 @@ impl KubeBackend {
         });
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..Default::default()
-        };
+        let params = patch_params();
         if !status::holds(&rollout["status"], &wanted) {
             let patch = json!({"status": wanted});
             api.patch_status(&self.rollout, &params, &Patch::Merge(&patch))
@@ -658,6 +655,22 @@ impl KubeBackend {
         }
         self.memory.lock().expect("memory lock").written = Some(wanted);
         Ok(())
+    }
+}
+
+/// Patches (merge) under Flotilla's field manager.
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// Creates under Flotilla's field manager.
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
     }
 }
 

@@ -173,6 +173,7 @@ fn rollout_resource() -> ApiResource {
 struct Cluster {
     name: String,
     rollouts: Api<DynamicObject>,
+    analysis_runs: Api<DynamicObject>,
     replica_sets: Api<ReplicaSet>,
     services: Api<Service>,
 }
@@ -196,6 +197,15 @@ impl Cluster {
         Cluster {
             name: cluster.name.clone(),
             rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
+            analysis_runs: Api::namespaced_with(
+                client.clone(),
+                "default",
+                &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                    "argoproj.io",
+                    "v1alpha1",
+                    "AnalysisRun",
+                )),
+            ),
             replica_sets: Api::namespaced(client.clone(), "default"),
             services,
         }
@@ -244,6 +254,20 @@ impl Cluster {
                     .unwrap_or(0);
                 (hash, (spec, ready))
             })
+            .collect()
+    }
+
+    /// The AnalysisRun objects of revision `hash`'s step analyses.
+    async fn step_runs(&self, hash: &str) -> Vec<Value> {
+        self.analysis_runs
+            .list(&ListParams::default().labels(&format!(
+                "rollouts-pod-template-hash={hash},rollout-type=Step"
+            )))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|r| serde_json::to_value(r).unwrap())
             .collect()
     }
 
@@ -601,6 +625,36 @@ fn regression_story(source: Source) {
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        // The analysis as Argo's tools read it: AnalysisRun objects with their measurements,
+        // and the plugin's tree.
+        for (cluster, phase) in [(&clusters[0], "Successful"), (&clusters[1], "Failed")] {
+            let runs = cluster.step_runs(&h2).await;
+            assert_eq!(runs.len(), 1, "{}: {runs:?}", cluster.name);
+            let run = &runs[0];
+            assert_eq!(run["status"]["phase"], phase, "{}: {}", cluster.name, run["status"]);
+            assert_eq!(run["metadata"]["name"], format!("payments-{h2}-2-2"));
+            assert_eq!(run["metadata"]["labels"]["argo-rollouts.argoproj.io/controller-instance-id"], "flotilla");
+            assert_eq!(run["metadata"]["ownerReferences"][0]["name"], "payments");
+            let metric = &run["status"]["metricResults"][0];
+            assert_eq!(metric["name"], "error-rate");
+            assert!(
+                !metric["measurements"].as_array().unwrap().is_empty()
+                    && metric["measurements"][0]["value"].is_string(),
+                "{metric}"
+            );
+            assert!(run["spec"]["metrics"][0]["provider"]["prometheus"]["query"].is_string());
+        }
+        let kubeconfig = env.cluster(0).kubeconfig.display().to_string();
+        let shown = env
+            .run(
+                "kubectl-argo-rollouts",
+                &["get", "rollout", "payments", "-n", "default", "--kubeconfig", &kubeconfig],
+            )
+            .expect("kubectl-argo-rollouts get rollout");
+        assert!(
+            shown.contains(&format!("payments-{h2}-2-2")) && shown.contains("AnalysisRun"),
+            "{shown}"
+        );
         assert_eq!(clusters[0].selector("payments-stable").await.as_deref(), Some(h2.as_str()));
         assert_eq!(clusters[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
         assert_eq!(clusters[1].selector("payments-canary").await.as_deref(), Some(h1.as_str()));

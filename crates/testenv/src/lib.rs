@@ -416,6 +416,11 @@ pub struct Process {
 }
 
 impl Process {
+    /// Its process id (`setpriv` execs the program: the same process).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its output so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()

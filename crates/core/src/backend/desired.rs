@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::rollout::{PauseCondition, Phase, RevisionNumber, RolloutState, Weights};
+use crate::analysis::run::Run;
+use crate::rollout::{PauseCondition, Phase, RevisionNumber, RolloutState, RunKey, Weights};
 use crate::spec::rollout::{HeaderRoutingMatch, Rollout, RouteMatch};
 use crate::time::Millis;
 
@@ -24,6 +25,21 @@ pub struct DesiredRevision {
     /// workloads from it (Kubernetes: the ReplicaSet's template and its pod-template hash).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<serde_json::Value>,
+}
+
+/// An analysis run of the cluster's rollout, for a backend that reports runs in the cluster
+/// (Kubernetes: an AnalysisRun object beside the Rollout). A report, not a desired state: the
+/// runtime hands runs to `observe` only, never to `ensure`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredRun {
+    /// Which run.
+    pub key: RunKey,
+    /// Its spec as an AnalysisRun's: the merged templates' `metrics` and the argument values
+    /// (a secret one without its value).
+    pub spec: serde_json::Value,
+    /// Its state: phase, metrics and measurements.
+    pub run: Run,
 }
 
 /// Where the engine is in the update, as a backend reports it in the cluster (Kubernetes: the
@@ -89,6 +105,10 @@ pub struct ClusterDesired {
     /// Where the engine is (for backends that report it in the cluster).
     #[serde(default)]
     pub progress: DesiredProgress,
+    /// The cluster's analysis runs, for backends that report them (filled by the runtime for
+    /// `observe` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<DesiredRun>,
     /// The Rollout the cluster runs, as a manifest, for backends that apply its spec
     /// (Kubernetes with `rolloutSource: flotilla`); filled by the runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +169,7 @@ impl ClusterDesired {
                 promote_full: state.promote_full,
                 deadline_exceeded: state.deadline_exceeded,
             },
+            runs: Vec::new(),
             rollout: None,
         }
     }

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use capabilities::{Capabilities, Missing, missing};
-pub use desired::{ClusterDesired, DesiredProgress, DesiredRevision, MirrorRoute};
+pub use desired::{ClusterDesired, DesiredProgress, DesiredRevision, DesiredRun, MirrorRoute};
 
 use crate::analysis::{MeasureRequest, Outcome};
 use crate::rollout::{Observed, ReplicaCounts, RevisionNumber, Weights};

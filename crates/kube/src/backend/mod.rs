@@ -32,7 +32,7 @@ use flotilla_core::backend::{
     BackendError, BoxFuture, Capabilities, ClusterBackend, ClusterCommand, ClusterDesired,
     ClusterObserved, ObservedRevision, image_version,
 };
-use flotilla_core::rollout::{ReplicaCounts, RevisionNumber};
+use flotilla_core::rollout::{ReplicaCounts, RevisionNumber, RunKey};
 use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
 use flotilla_core::time::Millis;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -74,11 +74,22 @@ struct Memory {
     hold: Option<(Value, Instant)>,
     /// Since when the fleet holds the cluster behind its spec (its wave has not started).
     held_since: Option<Millis>,
+    /// Each AnalysisRun object as last written, by name.
+    runs: BTreeMap<String, Value>,
 }
 
 /// The Rollout kind.
 fn rollout_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"))
+}
+
+/// The AnalysisRun kind.
+fn analysis_run_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "AnalysisRun",
+    ))
 }
 
 impl KubeBackend {
@@ -340,15 +351,18 @@ impl KubeBackend {
         Ok(rollout)
     }
 
-    /// The Rollout's ReplicaSets (hash label, owned by its uid), by hash.
+    /// The Rollout's ReplicaSets (its selector's labels and the hash label, owned by its uid),
+    /// by hash: the API server filters by label, so a namespace of many Rollouts is not read
+    /// whole for each.
     async fn replica_sets(
         &self,
         client: &kube::Client,
-        uid: &str,
+        rollout: &Value,
     ) -> Result<BTreeMap<String, ReplicaSet>, BackendError> {
+        let uid = rollout["metadata"]["uid"].as_str().unwrap_or_default();
         let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
         let list = api
-            .list(&ListParams::default().labels(HASH_LABEL))
+            .list(&ListParams::default().labels(&objects::replica_set_selector(rollout)))
             .await
             .map_err(|e| self.fail("list", "replicasets.apps", e))?;
         Ok(list
@@ -374,12 +388,8 @@ impl KubeBackend {
             self.apply_rollout(&client, desired).await?;
         }
         let rollout = self.drivable(self.read_rollout(&client).await?)?;
-        let uid = rollout["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
         let hashes = self.hashes(desired, &rollout)?;
-        let existing = self.replica_sets(&client, &uid).await?;
+        let existing = self.replica_sets(&client, &rollout).await?;
         let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
         for (number, hash) in &hashes {
             let revision = &desired.revisions[number];
@@ -523,11 +533,7 @@ impl KubeBackend {
             return Ok(ClusterObserved::default());
         };
         let rollout = self.drivable(Some(rollout))?;
-        let uid = rollout["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let sets = self.replica_sets(&client, &uid).await?;
+        let sets = self.replica_sets(&client, &rollout).await?;
         let counts: BTreeMap<String, ReplicaCounts> = sets
             .iter()
             .map(|(hash, rs)| (hash.clone(), counts_of(rs)))
@@ -562,6 +568,67 @@ impl KubeBackend {
             rollout: (self.source == RolloutSource::Cluster)
                 .then(|| objects::held_rollout(&rollout)),
         })
+    }
+
+    /// Writes each analysis run as an AnalysisRun object (created, then merge-patched when it
+    /// changes: AnalysisRuns have no status subresource), and returns each run's object name.
+    async fn write_runs(
+        &self,
+        client: &kube::Client,
+        rollout: &Value,
+        desired: &ClusterDesired,
+        hashes: &BTreeMap<RevisionNumber, String>,
+    ) -> Result<Vec<(RunKey, String)>, BackendError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), self.namespace(), &analysis_run_resource());
+        let mut names = Vec::with_capacity(desired.runs.len());
+        for run in &desired.runs {
+            let Some(hash) = hashes.get(&run.key.revision) else {
+                continue;
+            };
+            let (name, object) = objects::analysis_run(rollout, run, hash);
+            names.push((run.key, name.clone()));
+            let written = self
+                .memory
+                .lock()
+                .expect("memory lock")
+                .runs
+                .get(&name)
+                .cloned();
+            if written.as_ref() == Some(&object) {
+                continue;
+            }
+            let created = if written.is_none() {
+                let create: DynamicObject =
+                    serde_json::from_value(object.clone()).map_err(|e| BackendError::Invalid {
+                        field: "analysisruns".to_owned(),
+                        message: e.to_string(),
+                    })?;
+                match api.create(&post_params(), &create).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(status)) if status.code == 409 => false,
+                    Err(e) => return Err(self.fail("create", "analysisruns.argoproj.io", e)),
+                }
+            } else {
+                false
+            };
+            if !created {
+                let patch = json!({
+                    "metadata": {"labels": object["metadata"]["labels"]},
+                    "spec": object["spec"],
+                    "status": object["status"],
+                });
+                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| self.fail("patch", "analysisruns.argoproj.io", e))?;
+            }
+            self.memory
+                .lock()
+                .expect("memory lock")
+                .runs
+                .insert(name, object);
+        }
+        Ok(names)
     }
 
     /// Since when the fleet holds this cluster on an older revision than its spec asks for
@@ -625,7 +692,7 @@ impl KubeBackend {
         }
         let now = (self.clock)();
         let held = self.held_since(rollout, desired, hashes, now);
-        let wanted = status::status(&status::StatusInput {
+        let mut wanted = status::status(&status::StatusInput {
             rollout,
             desired,
             hashes,
@@ -633,6 +700,8 @@ impl KubeBackend {
             now,
             held,
         });
+        let runs = self.write_runs(client, rollout, desired, hashes).await?;
+        status::add_run_statuses(&mut wanted, rollout, desired, &runs);
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
         let params = patch_params();

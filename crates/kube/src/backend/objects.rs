@@ -2,7 +2,12 @@
 //! revision (`<rollout>-<hash>`, its labels, annotations, selector and owner reference) and the
 //! selector patch of a Service. Pure functions over JSON; the backend sends them.
 
+use flotilla_core::backend::DesiredRun;
+use flotilla_core::rollout::AnalysisSlot;
+use flotilla_core::time::Millis;
 use serde_json::{Map, Value, json};
+
+use super::status::rfc3339;
 
 /// The label (and selector key) that ties Pods, ReplicaSets and Services to a revision.
 pub const HASH_LABEL: &str = "rollouts-pod-template-hash";
@@ -92,6 +97,24 @@ fn with_hash_label(labels: &Value, hash: &str) -> Value {
     Value::Object(out)
 }
 
+/// The label selector of a Rollout's ReplicaSets: its `spec.selector.matchLabels` and the
+/// hash label's existence (`app=payments,rollouts-pod-template-hash`).
+pub fn replica_set_selector(rollout: &Value) -> String {
+    let mut terms: Vec<String> = rollout["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter(|(k, _)| k.as_str() != HASH_LABEL)
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    terms.sort();
+    terms.push(HASH_LABEL.to_owned());
+    terms.join(",")
+}
+
 /// The merge patch that points a Service at revision `hash`, or None when `service` (as read)
 /// already does and carries the managed-by annotation.
 pub fn service_patch(service: &Value, rollout: &str, hash: &str) -> Option<Value> {
@@ -136,6 +159,87 @@ pub fn applied_rollout(manifest: &Value, namespace: &str, keep_replicas: bool) -
         "metadata": metadata,
         "spec": spec,
     })
+}
+
+/// The AnalysisRun object of one of the Rollout's runs, as Argo names, labels and fills it:
+/// `<rollout>-<hash>-<revision>[-<step>|-pre|-post]` (`.<attempt>` after a retry), the hash,
+/// `rollout-type` and `step-index` labels, the instance label, the revision annotation, owned by
+/// the Rollout; its spec (metrics, arguments, `terminate`) and its status (phase, message,
+/// each metric's counts and measurements, the run summary). Returns its name and the object.
+pub fn analysis_run(rollout: &Value, run: &DesiredRun, hash: &str) -> (String, Value) {
+    let name = rollout["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = rollout["metadata"]["uid"].as_str().unwrap_or_default();
+    let key = run.key;
+    let mut labels = json!({HASH_LABEL: hash, INSTANCE_LABEL: INSTANCE});
+    let (suffix, kind) = match key.slot {
+        AnalysisSlot::Step(i) => {
+            labels["step-index"] = json!(i.to_string());
+            (format!("-{i}"), "Step")
+        }
+        AnalysisSlot::Background => (String::new(), "Background"),
+        AnalysisSlot::PrePromotion => ("-pre".to_owned(), "PrePromotion"),
+        AnalysisSlot::PostPromotion => ("-post".to_owned(), "PostPromotion"),
+        AnalysisSlot::Wave(w) => (format!("-wave-{w}"), "Wave"),
+    };
+    labels["rollout-type"] = json!(kind);
+    let mut run_name = format!("{name}-{hash}-{}{suffix}", key.revision);
+    if key.attempt > 0 {
+        run_name.push_str(&format!(".{}", key.attempt));
+    }
+    let state = &run.run;
+    let time = |t: Option<Millis>| t.map_or(Value::Null, |t| json!(rfc3339(t)));
+    let metrics: Vec<Value> = state
+        .metrics
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name,
+                "phase": m.phase,
+                "message": m.message,
+                "count": m.count,
+                "successful": m.successful,
+                "failed": m.failed,
+                "inconclusive": m.inconclusive,
+                "error": m.error,
+                "consecutiveError": m.consecutive_error,
+                "measurements": m.measurements.iter().map(|x| json!({
+                    "phase": x.phase,
+                    "value": x.value,
+                    "message": x.message,
+                    "startedAt": rfc3339(x.started_at),
+                    "finishedAt": time(x.finished_at),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut spec = run.spec.clone();
+    spec["terminate"] = json!(state.terminate);
+    let object = json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AnalysisRun",
+        "metadata": {
+            "name": run_name,
+            "namespace": rollout["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": {REVISION_ANNOTATION: key.revision.to_string()},
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": spec,
+        "status": {
+            "phase": state.phase,
+            "message": state.message,
+            "startedAt": rfc3339(state.started_at),
+            "metricResults": metrics,
+            "runSummary": {
+                "count": state.run_summary.count,
+                "successful": state.run_summary.successful,
+                "failed": state.run_summary.failed,
+                "inconclusive": state.run_summary.inconclusive,
+                "error": state.run_summary.error,
+            },
+        },
+    });
+    (run_name, object)
 }
 
 /// The Rollout as the cluster holds it, reduced to what its owner (Argo CD, Flux) decides:
@@ -219,6 +323,15 @@ mod tests {
             rs["spec"]["template"]["metadata"]["labels"][HASH_LABEL],
             "5d8f7c"
         );
+    }
+
+    #[test]
+    fn replica_sets_are_listed_by_the_rollouts_selector_and_the_hash_label() {
+        assert_eq!(
+            replica_set_selector(&rollout()),
+            "app=payments,rollouts-pod-template-hash"
+        );
+        assert_eq!(replica_set_selector(&json!({})), HASH_LABEL);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use flotilla_core::backend::ClusterDesired;
-use flotilla_core::rollout::{Phase, ReplicaCounts, RevisionNumber};
+use flotilla_core::rollout::{AnalysisSlot, Phase, ReplicaCounts, RevisionNumber, RunKey};
 use flotilla_core::time::Millis;
 use serde_json::{Map, Value, json};
 
@@ -292,6 +292,61 @@ pub fn status(input: &StatusInput<'_>) -> Value {
     Value::Object(status)
 }
 
+/// The AnalysisRuns of the current step and of the background analysis, named in the status
+/// as Argo names them (`canary.currentStepAnalysisRunStatus`,
+/// `canary.currentBackgroundAnalysisRunStatus`; blue-green's pre- and post-promotion ones):
+/// what `kubectl argo rollouts promote` reads to tell an inconclusive step.
+pub fn add_run_statuses(
+    status: &mut Value,
+    rollout: &Value,
+    desired: &ClusterDesired,
+    names: &[(RunKey, String)],
+) {
+    let current = desired.current.unwrap_or_default();
+    let of = |slot: AnalysisSlot| {
+        desired
+            .runs
+            .iter()
+            .filter(|r| r.key.revision == current && r.key.slot == slot)
+            .max_by_key(|r| r.key.attempt)
+            .and_then(|r| {
+                let name = names.iter().find(|(k, _)| *k == r.key)?.1.clone();
+                Some(json!({"name": name, "status": r.run.phase, "message": r.run.message}))
+            })
+    };
+    // Each field of the Rollout's strategy, `null` when no such run is current (a merge patch
+    // then removes the previous step's).
+    let mut set = |group: &str, field: &str, value: Option<Value>| {
+        if !rollout["spec"]["strategy"][group].is_object() {
+            return;
+        }
+        if !status[group].is_object() {
+            status[group] = json!({});
+        }
+        status[group][field] = value.unwrap_or(Value::Null);
+    };
+    let step = desired
+        .progress
+        .step_index
+        .and_then(|step| of(AnalysisSlot::Step(step)));
+    set("canary", "currentStepAnalysisRunStatus", step);
+    set(
+        "canary",
+        "currentBackgroundAnalysisRunStatus",
+        of(AnalysisSlot::Background),
+    );
+    set(
+        "blueGreen",
+        "prePromotionAnalysisRunStatus",
+        of(AnalysisSlot::PrePromotion),
+    );
+    set(
+        "blueGreen",
+        "postPromotionAnalysisRunStatus",
+        of(AnalysisSlot::PostPromotion),
+    );
+}
+
 /// A condition, keeping the times of the previous one of its type where nothing changed: the
 /// transition time while the status holds, the update time while the reason and message do
 /// too (so that an unchanged status writes the same bytes and triggers no one).
@@ -322,20 +377,25 @@ fn condition(
     })
 }
 
-/// Whether the status as read already holds every field of `wanted` (so no patch is needed).
+/// Whether the status as read already holds every field of `wanted` (so no patch is needed):
+/// as a merge patch reads it, a `null` (or `false`) holds where the field is absent, and an
+/// object holds when each of its fields does.
 pub fn holds(current: &Value, wanted: &Value) -> bool {
-    let Some(wanted) = wanted.as_object() else {
-        return false;
-    };
-    wanted
-        .iter()
-        .all(|(key, value)| match (current.get(key), value) {
-            (None, Value::Null) => true,
-            (Some(Value::Bool(false)), Value::Bool(false)) => true,
-            (None, Value::Bool(false)) => true,
-            (Some(have), want) => have == want,
-            (None, _) => false,
-        })
+    holds_in(Some(current), wanted)
+}
+
+fn holds_in(current: Option<&Value>, wanted: &Value) -> bool {
+    match wanted {
+        Value::Null => current.is_none_or(Value::is_null),
+        Value::Bool(false) => current.is_none_or(|c| *c == Value::Bool(false)),
+        Value::Object(fields) => {
+            let current = current.and_then(Value::as_object);
+            fields
+                .iter()
+                .all(|(key, value)| holds_in(current.and_then(|c| c.get(key)), value))
+        }
+        other => current == Some(other),
+    }
 }
 
 #[cfg(test)]

@@ -9,13 +9,19 @@ use std::time::{Duration, Instant};
 
 use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
 use flotilla_core::backend::{
-    BackendError, ClusterBackend, ClusterCommand, ClusterDesired, ClusterObserved,
+    BackendError, ClusterBackend, ClusterCommand, ClusterDesired, ClusterObserved, DesiredRun,
 };
 use flotilla_providers::Providers;
 use tokio::sync::watch;
 
 /// A cluster's latest observation and when it was read.
 pub(super) type Latest = Arc<Mutex<Option<(Instant, Result<ClusterObserved, BackendError>)>>>;
+
+/// The desired states given to a cluster, numbered.
+type DesiredRx = watch::Receiver<(u64, Arc<ClusterDesired>)>;
+
+/// The cluster's analysis runs as last reported by the tick.
+type Reported = Arc<Mutex<Vec<DesiredRun>>>;
 
 /// Whether every desired state given to a cluster was accepted, and since when.
 #[derive(Debug)]
@@ -50,6 +56,9 @@ pub(super) struct ClusterHandle {
     /// Commands issued in the cluster, not yet taken by a tick.
     commands: Arc<Mutex<Vec<ClusterCommand>>>,
     pub(super) quiet: Arc<Quiet>,
+    /// The cluster's analysis runs, handed to `observe` with the desired state (a report the
+    /// backend may write in the cluster; never a reason to `ensure` again).
+    runs: Arc<Mutex<Vec<DesiredRun>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -70,10 +79,11 @@ impl ClusterHandle {
             since: Mutex::new(Instant::now()),
         });
         let (tx, rx) = watch::channel((0, Arc::new(ClusterDesired::default())));
+        let runs = Arc::new(Mutex::new(Vec::new()));
         let poller = tokio::spawn(poll(
             name.clone(),
             backend.clone(),
-            rx.clone(),
+            (rx.clone(), runs.clone()),
             latest.clone(),
             commands.clone(),
             tick.min(Duration::from_secs(1)),
@@ -92,8 +102,14 @@ impl ClusterHandle {
             refused,
             commands,
             quiet,
+            runs,
             tasks: vec![poller, worker],
         }
+    }
+
+    /// The cluster's analysis runs as they are now, for the next observations.
+    pub(super) fn report_runs(&self, runs: Vec<DesiredRun>) {
+        *self.runs.lock().expect("runs lock") = runs;
     }
 
     /// Gives the cluster a new desired state (nothing when it is the one it has).
@@ -190,13 +206,17 @@ async fn converge(
 async fn poll(
     name: String,
     backend: Arc<dyn ClusterBackend>,
-    rx: watch::Receiver<(u64, Arc<ClusterDesired>)>,
+    (rx, runs): (DesiredRx, Reported),
     latest: Latest,
     commands: Arc<Mutex<Vec<ClusterCommand>>>,
     every: Duration,
 ) {
     loop {
-        let desired = rx.borrow().1.clone();
+        let mut desired = rx.borrow().1.clone();
+        let reported = runs.lock().expect("runs lock").clone();
+        if !reported.is_empty() {
+            Arc::make_mut(&mut desired).runs = reported;
+        }
         let result = backend.observe(&desired).await;
         *latest.lock().expect("observation lock") = Some((Instant::now(), result));
         match backend.commands().await {

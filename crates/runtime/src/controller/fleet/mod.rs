@@ -100,6 +100,8 @@ pub struct FleetController {
     held_specs: BTreeMap<String, serde_json::Value>,
     /// Why their specs give no revision (they disagree, one cannot be read), while they do.
     disagreement: Option<String>,
+    /// Each reported run's spec, by cluster and run (computed once).
+    run_specs: BTreeMap<(String, flotilla_core::rollout::RunKey), serde_json::Value>,
 }
 
 /// What every fleet's controller is wired to: the metric providers, the tick, the drift policy
@@ -239,6 +241,7 @@ impl FleetController {
             spec_sources,
             held_specs: BTreeMap::new(),
             disagreement: None,
+            run_specs: BTreeMap::new(),
         };
         if changed {
             controller.change_spec(desired.rollout.clone());
@@ -328,6 +331,73 @@ impl FleetController {
             desired.rollout = serde_json::to_value(current.unwrap_or(&spec)).ok();
         }
         Some(desired)
+    }
+
+    /// A spec the fleet knows by its pod-template hash (the machine's, or the record's).
+    fn spec_of_hash(&self, hash: &str) -> Option<flotilla_core::spec::rollout::Rollout> {
+        if let Some((_, spec)) = self.machine.known_specs().find(|(h, _)| *h == hash) {
+            return Some(spec.clone());
+        }
+        let specs = &self.record.specs;
+        specs
+            .history
+            .iter()
+            .chain([&specs.previous, &specs.next])
+            .find(|spec| template_hash(spec) == hash)
+            .cloned()
+    }
+
+    /// A cluster's rollout analysis runs (the fleet's wave analyses are not the Rollout's), each
+    /// with its spec as an AnalysisRun's, for a backend that reports them in the cluster.
+    fn runs_of(&mut self, name: &str) -> Vec<flotilla_core::backend::DesiredRun> {
+        use flotilla_core::rollout::AnalysisSlot;
+        let Some(cluster) = self.machine.state().clusters.get(name) else {
+            return Vec::new();
+        };
+        let runs: Vec<_> = cluster
+            .runs
+            .iter()
+            .filter(|(key, _)| !matches!(key.slot, AnalysisSlot::Wave(_)))
+            .map(|(key, run)| (*key, run.clone(), cluster.rollout.hash(key.revision)))
+            .collect();
+        let mut out = Vec::with_capacity(runs.len());
+        for (key, run, hash) in runs {
+            let cache = (name.to_owned(), key);
+            let spec = match self.run_specs.get(&cache) {
+                Some(spec) => spec.clone(),
+                None => {
+                    let spec = self
+                        .spec_of_hash(&hash)
+                        .and_then(|rollout| {
+                            self.machine
+                                .plan()
+                                .run_plan_inputs(&rollout, name, key)
+                                .ok()
+                        })
+                        .map(|(template, values)| {
+                            let args: Vec<serde_json::Value> = values
+                                .iter()
+                                .map(|(arg, value)| {
+                                    if value.secret {
+                                        serde_json::json!({"name": arg})
+                                    } else {
+                                        serde_json::json!({"name": arg, "value": value.value})
+                                    }
+                                })
+                                .collect();
+                            serde_json::json!({"metrics": template.metrics, "args": args})
+                        })
+                        .unwrap_or_else(|| serde_json::json!({"metrics": []}));
+                    self.run_specs.insert(cache, spec.clone());
+                    spec
+                }
+            };
+            out.push(flotilla_core::backend::DesiredRun { key, spec, run });
+        }
+        // Runs the machine no longer keeps are forgotten here too.
+        self.run_specs
+            .retain(|(cluster, key), _| cluster != name || out.iter().any(|r| r.key == *key));
+        out
     }
 
     /// One tick at `now` with the operator commands queued for this fleet.
@@ -629,6 +699,16 @@ impl FleetController {
                 (self.desired_of(&name), self.clusters.get(&name))
             {
                 handle.ensure(desired);
+            }
+            if self
+                .clusters
+                .get(&name)
+                .is_some_and(|h| h.backend.capabilities().templates)
+            {
+                let runs = self.runs_of(&name);
+                if let Some(handle) = self.clusters.get(&name) {
+                    handle.report_runs(runs);
+                }
             }
         }
         for measurement in out.measurements {

@@ -47,9 +47,30 @@ pub fn issued(now: &Value, written: Option<&Value>) -> Vec<ClusterCommand> {
     out
 }
 
-/// The annotation on the Rollout where Flotilla keeps what [`issued`] compares of its last
-/// status write, so that a restarted controller still tells its own writes from an operator's
-/// patch made while it was down.
+/// The commands `now` says were issued whichever of `candidates` Flotilla last wrote (its last
+/// write, or the two a write of unknown outcome leaves: the status before it and the one it
+/// sent): only what reads as a command against every candidate is one, so a write that landed
+/// unseen is never taken for an operator's. None without a candidate.
+pub fn issued_among(now: &Value, candidates: &[Value]) -> Vec<ClusterCommand> {
+    let Some((first, rest)) = candidates.split_first() else {
+        return Vec::new();
+    };
+    issued(now, Some(first))
+        .into_iter()
+        .filter(|command| {
+            rest.iter().all(|other| {
+                issued(now, Some(other))
+                    .iter()
+                    .any(|c| c.verb == command.verb)
+            })
+        })
+        .collect()
+}
+
+/// The annotation on the Rollout where Flotilla keeps what [`issued`] compares of its status
+/// writes, written before each write that changes it: `{"prev": …, "next": …}`, the status before
+/// and the one being written. A restarted controller takes both as its own, so it still tells
+/// them from an operator's patch made while it was down, whether or not the write landed.
 pub const LAST_STATUS_ANNOTATION: &str = "flotilla.dev/last-status";
 
 /// The fields of a status that operator commands patch (what [`issued`] compares).
@@ -66,11 +87,29 @@ pub fn remembered(status: &Value) -> Value {
     Value::Object(out)
 }
 
-/// The last status write a Rollout remembers (its [`LAST_STATUS_ANNOTATION`]).
-pub fn recalled(rollout: &Value) -> Option<Value> {
-    rollout["metadata"]["annotations"][LAST_STATUS_ANNOTATION]
+/// The status writes a Rollout remembers (its [`LAST_STATUS_ANNOTATION`]): the one before and
+/// the one written; empty without the annotation.
+pub fn recalled(rollout: &Value) -> Vec<Value> {
+    let Some(kept) = rollout["metadata"]["annotations"][LAST_STATUS_ANNOTATION]
         .as_str()
-        .and_then(|text| serde_json::from_str(text).ok())
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+    else {
+        return Vec::new();
+    };
+    if kept.get("next").is_some() {
+        [&kept["prev"], &kept["next"]]
+            .into_iter()
+            .filter(|v| v.is_object())
+            .cloned()
+            .collect()
+    } else {
+        vec![kept]
+    }
+}
+
+/// The annotation's value before writing `next` over `prev` (each a status).
+pub fn remembering(prev: &Value, next: &Value) -> String {
+    serde_json::json!({"prev": remembered(prev), "next": remembered(next)}).to_string()
 }
 
 /// Who patched the status last, from `managedFields` (the latest entry on the `status`
@@ -115,11 +154,35 @@ mod tests {
             kept,
             json!({"abort": true, "promoteFull": null, "pauseConditions": null, "currentStepIndex": 2})
         );
-        let rollout =
-            json!({"metadata": {"annotations": {LAST_STATUS_ANNOTATION: kept.to_string()}}});
-        assert_eq!(recalled(&rollout), Some(kept.clone()));
-        // An operator's retry made while Flotilla was down is heard after a restart.
-        let retried = issued(&read(json!({"abort": false})), recalled(&rollout).as_ref());
+        let before = json!({"abort": false, "currentStepIndex": 2});
+        let rollout = json!({"metadata": {"annotations": {LAST_STATUS_ANNOTATION: remembering(&before, &written)}}});
+        let recalled = recalled(&rollout);
+        assert_eq!(recalled, vec![remembered(&before), kept.clone()]);
+        // Whether the write landed or not, it is not a command: neither the status before it
+        // (abort false) nor the one written (abort true) reads as one.
+        assert!(
+            issued_among(
+                &read(json!({"abort": true, "currentStepIndex": 2})),
+                &recalled
+            )
+            .is_empty()
+        );
+        assert!(
+            issued_among(
+                &read(json!({"abort": false, "currentStepIndex": 2})),
+                &recalled
+            )
+            .is_empty()
+        );
+        // A step skipped while Flotilla was down reads as a promote against both.
+        let stepped = json!({"abort": false, "currentStepIndex": 3});
+        let next = json!({"abort": false, "currentStepIndex": 2, "pauseConditions": [{}]});
+        let both = vec![remembered(&before), remembered(&next)];
+        let promoted = issued_among(&read(stepped), &both);
+        assert_eq!(promoted[0].verb, ClusterVerb::Promote { full: false });
+        // The annotation of an earlier release (one status) is read too.
+        let old = json!({"metadata": {"annotations": {LAST_STATUS_ANNOTATION: kept.to_string()}}});
+        let retried = issued_among(&read(json!({"abort": false})), &super::recalled(&old));
         assert_eq!(retried[0].verb, ClusterVerb::Retry);
     }
 

@@ -65,8 +65,9 @@ pub struct KubeBackend {
 /// What the backend remembers between calls.
 #[derive(Default)]
 struct Memory {
-    /// The status Flotilla last wrote.
-    written: Option<Value>,
+    /// The status Flotilla last wrote (two after a write of unknown outcome: the one before and
+    /// the one sent; empty before the first read).
+    written: Vec<Value>,
     /// Operator commands read and not yet taken.
     commands: Vec<ClusterCommand>,
     /// An operator's patch being left in place: until the desired progress differs from this
@@ -618,9 +619,18 @@ impl KubeBackend {
                     "spec": object["spec"],
                     "status": object["status"],
                 });
-                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                match api
+                    .patch(&name, &patch_params(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|e| self.fail("patch", "analysisruns.argoproj.io", e))?;
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        // Deleted meanwhile: made again at the next poll.
+                        self.memory.lock().expect("memory lock").runs.remove(&name);
+                        continue;
+                    }
+                    Err(e) => return Err(self.fail("patch", "analysisruns.argoproj.io", e)),
+                }
             }
             self.memory
                 .lock()
@@ -672,16 +682,16 @@ impl KubeBackend {
         let progress = serde_json::to_value(&desired.progress).unwrap_or_default();
         {
             let mut memory = self.memory.lock().expect("memory lock");
-            if memory.written.is_none() {
-                // After a restart: the last write as the Rollout remembers it.
+            if memory.written.is_empty() {
+                // After a restart: the writes as the Rollout remembers them.
                 memory.written = commands::recalled(rollout);
             }
-            let issued = commands::issued(rollout, memory.written.as_ref());
+            let issued = commands::issued_among(rollout, &memory.written);
             if !issued.is_empty() {
                 memory.commands.extend(issued);
                 memory.hold = Some((progress.clone(), Instant::now()));
                 // The operator's patch is now the baseline: the same patch is not heard again.
-                memory.written = Some(rollout["status"].clone());
+                memory.written = vec![rollout["status"].clone()];
             }
             if let Some((held, since)) = &memory.hold {
                 if *held == progress && since.elapsed() < OPERATOR_HOLD {
@@ -700,30 +710,60 @@ impl KubeBackend {
             now,
             held,
         });
-        let runs = self.write_runs(client, rollout, desired, hashes).await?;
+        // AnalysisRuns are a report beside the status: a failure to write one is logged, and
+        // neither the observation nor the status waits for it.
+        let runs = match self.write_runs(client, rollout, desired, hashes).await {
+            Ok(runs) => runs,
+            Err(error) => {
+                tracing::warn!(cluster = %self.cluster, %error, "cannot write the AnalysisRuns");
+                Vec::new()
+            }
+        };
         status::add_run_statuses(&mut wanted, rollout, desired, &runs);
+        let current = &rollout["status"];
+        if status::holds(current, &wanted) {
+            self.memory.lock().expect("memory lock").written = vec![wanted];
+            return Ok(());
+        }
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
         let params = patch_params();
-        if !status::holds(&rollout["status"], &wanted) {
-            let patch = json!({"status": wanted});
-            api.patch_status(&self.rollout, &params, &Patch::Merge(&patch))
-                .await
-                .map_err(|e| self.fail("patch", "rollouts.argoproj.io/status", e))?;
-        }
-        // What the commands are told apart by, kept on the Rollout for a restarted controller
-        // (written only when it changes: a pause, a step, an abort).
-        let remembered = commands::remembered(&wanted);
-        if commands::recalled(rollout).as_ref() != Some(&remembered) {
+        let mut version = rollout["metadata"]["resourceVersion"].clone();
+        // What the commands are told apart by, kept on the Rollout before the write that
+        // changes it (a pause, a step, an abort): the status before and the one being written,
+        // both Flotilla's to a restarted controller whether or not the write lands.
+        if commands::remembered(current) != commands::remembered(&wanted) {
             let patch = json!({"metadata": {"annotations": {
-                commands::LAST_STATUS_ANNOTATION: remembered.to_string(),
+                commands::LAST_STATUS_ANNOTATION: commands::remembering(current, &wanted),
             }}});
-            api.patch(&self.rollout, &params, &Patch::Merge(&patch))
+            let patched = api
+                .patch(&self.rollout, &params, &Patch::Merge(&patch))
                 .await
                 .map_err(|e| self.fail("patch", "rollouts.argoproj.io", e))?;
+            version = json!(patched.metadata.resource_version);
         }
-        self.memory.lock().expect("memory lock").written = Some(wanted);
-        Ok(())
+        // Only if nothing changed since the read (an operator's patch made meanwhile is read
+        // and heard at the next poll, never overwritten).
+        let patch = json!({"metadata": {"resourceVersion": version}, "status": wanted});
+        match api
+            .patch_status(&self.rollout, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                self.memory.lock().expect("memory lock").written = vec![wanted];
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(cluster = %self.cluster, "the Rollout changed since it was read; its status is written at the next poll");
+                Ok(())
+            }
+            Err(error) => {
+                // The write may have landed: both the status before and the one sent are
+                // Flotilla's until the next read tells.
+                self.memory.lock().expect("memory lock").written = vec![current.clone(), wanted];
+                Err(self.fail("patch", "rollouts.argoproj.io/status", error))
+            }
+        }
     }
 }
 

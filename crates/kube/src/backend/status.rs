@@ -116,6 +116,9 @@ pub fn status(input: &StatusInput<'_>) -> Value {
         if steps > 0 {
             status.insert("currentStepIndex".into(), json!(progress.step_index));
         }
+        if desired.weights.is_none() {
+            status.insert("canary".into(), json!({"weights": null}));
+        }
         if let Some(weights) = desired.weights {
             status.insert(
                 "canary".into(),

@@ -29,25 +29,21 @@ impl FleetController {
         }
         for name in &self.spec_sources {
             if let Some(held) = fresh.get(name).and_then(|(_, o)| o.rollout.as_ref()) {
-                self.held_specs.insert(name.clone(), held.clone());
+                // Read (decoded, hashed) only when it changed.
+                if self.held_specs.get(name).is_none_or(|h| h.value != *held) {
+                    self.held_specs.insert(name.clone(), HeldSpec::read(held));
+                }
             }
         }
-        // Every such cluster must have said what it holds (an unreachable one is waited for).
-        if self
-            .spec_sources
-            .iter()
-            .any(|n| !self.held_specs.contains_key(n))
-        {
-            return;
-        }
-        let mut groups: BTreeMap<String, (Rollout, Vec<String>)> = BTreeMap::new();
+        // Grouped by pod template (what makes a revision; a replica count an HPA sets or a
+        // pause differs per cluster without being one).
+        let mut groups: BTreeMap<&str, (&Rollout, Vec<String>)> = BTreeMap::new();
         let mut unreadable = Vec::new();
         for (name, held) in &self.held_specs {
-            match serde_json::from_value::<Rollout>(held.clone()) {
-                Ok(rollout) => {
-                    let key = serde_json::to_string(&rollout.spec).unwrap_or_default();
+            match &held.read {
+                Ok((rollout, hash)) => {
                     groups
-                        .entry(key)
+                        .entry(hash.as_str())
                         .or_insert_with(|| (rollout, Vec::new()))
                         .1
                         .push(name.clone());
@@ -55,11 +51,30 @@ impl FleetController {
                 Err(e) => unreadable.push(format!("{name}'s Rollout cannot be read: {e}")),
             }
         }
+        let fleet_hash = template_hash(&self.record.specs.next);
+        let news = groups.keys().any(|hash| *hash != fleet_hash);
+        let groups: Vec<(Rollout, Vec<String>)> = groups
+            .into_values()
+            .map(|(rollout, names)| (rollout.clone(), names))
+            .collect();
+        // A revision starts only on every source read now: one that did not answer is waited
+        // for (said when a new spec is in sight), never assumed to hold what it last held.
+        let unread: Vec<&str> = self
+            .spec_sources
+            .iter()
+            .filter(|n| fresh.get(*n).is_none_or(|(_, o)| o.rollout.is_none()))
+            .map(String::as_str)
+            .collect();
         let problem = if !unreadable.is_empty() {
             Some(unreadable.join("; "))
+        } else if news && !unread.is_empty() {
+            Some(format!(
+                "a new Rollout spec is in sight, but no revision starts before every cluster's is read: waiting for {}",
+                unread.join(", ")
+            ))
         } else if groups.len() > 1 {
             let held: Vec<String> = groups
-                .values()
+                .iter()
                 .map(|(rollout, names)| {
                     format!(
                         "{} {} {} (template {})",
@@ -92,16 +107,12 @@ impl FleetController {
             ));
             self.disagreement = problem;
         }
-        if self.disagreement.is_some() {
+        if self.disagreement.is_some() || !news || !unread.is_empty() {
             return;
         }
-        let Some((rollout, names)) = groups.into_values().next() else {
+        let Some((rollout, names)) = groups.into_iter().next() else {
             return;
         };
-        let fleet_spec = serde_json::to_value(&self.record.specs.next.spec).ok();
-        if serde_json::to_value(&rollout.spec).ok() == fleet_spec {
-            return;
-        }
         let old_revision = self.machine.state().revision.clone();
         let message = if self.machine.settle(&mut self.record.specs, rollout.clone()) {
             format!(
@@ -127,5 +138,25 @@ impl FleetController {
             None,
             message,
         ));
+    }
+}
+
+/// The spec a cluster holds, as read and as decoded.
+pub(super) struct HeldSpec {
+    value: serde_json::Value,
+    read: Result<(Rollout, String), String>,
+}
+
+impl HeldSpec {
+    fn read(value: &serde_json::Value) -> HeldSpec {
+        HeldSpec {
+            value: value.clone(),
+            read: serde_json::from_value::<Rollout>(value.clone())
+                .map(|rollout| {
+                    let hash = template_hash(&rollout);
+                    (rollout, hash)
+                })
+                .map_err(|e| e.to_string()),
+        }
     }
 }

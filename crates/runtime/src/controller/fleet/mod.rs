@@ -97,7 +97,7 @@ pub struct FleetController {
     /// fleet's revision is read from them ([`follow`]).
     spec_sources: std::collections::BTreeSet<String>,
     /// The spec each of them last held.
-    held_specs: BTreeMap<String, serde_json::Value>,
+    held_specs: BTreeMap<String, follow::HeldSpec>,
     /// Why their specs give no revision (they disagree, one cannot be read), while they do.
     disagreement: Option<String>,
     /// Each reported run's spec, by cluster and run (computed once).
@@ -435,6 +435,11 @@ impl FleetController {
             }
             let mut message = describe_command(&queued.command);
             let spec = match &queued.command {
+                // rolloutSource: cluster: the spec is Argo CD's (Git's), not the daemon's.
+                _ if !self.spec_sources.is_empty() => Err(
+                    "the Rollout's spec is read from the clusters (rolloutSource: cluster): change it where Argo CD or Flux takes it from (Git)"
+                        .to_owned(),
+                ),
                 OperatorCommand::SetImage { container, image } => {
                     with_image(&self.record.specs.next, container.as_deref(), image)
                 }

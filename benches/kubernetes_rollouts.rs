@@ -203,27 +203,7 @@ async fn flotilla(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
 async fn argo(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
     let client = env.cluster(0).client().await?;
     create_namespace(&client, "argo").await?;
-    let kubeconfig = env.cluster(0).kubeconfig.display().to_string();
-    let port = || -> Result<String> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port()
-            .to_string())
-    };
-    let (metrics, healthz) = (port()?, port()?);
-    let controller = env.spawn(
-        "rollouts-controller",
-        "rollouts-controller",
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "--leader-elect=false",
-            "--metricsport",
-            &metrics,
-            "--healthzPort",
-            &healthz,
-        ],
-    )?;
+    let controller = env.spawn_argo_controller(0)?;
     let rollouts = rollouts_api(client, "argo");
     let apply = PatchParams::apply("bench").force();
     for i in 0..n {

@@ -746,27 +746,8 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
     let _one = one_at_a_time();
     let env = start_env(1);
     let kubeconfig = env.cluster(0).kubeconfig.display().to_string();
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port().to_string())
-            .unwrap()
-    };
-    let (metrics_port, healthz_port) = (port(), port());
     let mut argo = env
-        .spawn(
-            "rollouts-controller",
-            "rollouts-controller",
-            &[
-                "--kubeconfig",
-                &kubeconfig,
-                "--leader-elect=false",
-                "--metricsport",
-                &metrics_port,
-                "--healthzPort",
-                &healthz_port,
-            ],
-        )
+        .spawn_argo_controller(0)
         .expect("Argo's rollouts-controller starts");
     let dir = tempfile::tempdir().unwrap();
     let steps = "        - setWeight: 34\n        - pause: {}\n        - setWeight: 67\n        - pause: {}\n";

@@ -174,7 +174,11 @@ done
 for i in $(seq 0 $((CLUSTERS - 1))); do
   c="$DIR/cluster-$i"
   until_ok "kube-apiserver-$i /readyz" api "$i" GET /readyz
+  # --node-monitor-grace-period: kwok renews its fake Nodes' status about once a minute, past
+  # the default grace period; the node lifecycle controller would then mark every Pod NotReady
+  # for good (kwok does not mark them Ready again), which a real kubelet never lets happen.
   run "kube-controller-manager-$i" "$BIN/kube-controller-manager" --kubeconfig "$c/kubeconfig" \
+    --node-monitor-grace-period=1h \
     --secure-port 0 --leader-elect=false --cluster-name "cluster-$i" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --profiling=false
   run "kube-scheduler-$i" "$BIN/kube-scheduler" --kubeconfig "$c/kubeconfig" \

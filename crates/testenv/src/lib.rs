@@ -287,6 +287,33 @@ impl TestEnv {
         &self.clusters[i]
     }
 
+    /// Argo Rollouts' own controller against cluster `i` (all namespaces, no leader election,
+    /// metrics and health on free loopback ports), until dropped.
+    pub fn spawn_argo_controller(&self, i: usize) -> Result<Process, Error> {
+        let free = || -> Result<String, Error> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(io("finding a free port"))?
+                .port()
+                .to_string())
+        };
+        let (metrics, healthz) = (free()?, free()?);
+        let kubeconfig = self.clusters[i].kubeconfig.display().to_string();
+        self.spawn(
+            "rollouts-controller",
+            "rollouts-controller",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "--leader-elect=false",
+                "--metricsport",
+                &metrics,
+                "--healthzPort",
+                &healthz,
+            ],
+        )
+    }
+
     /// Kills cluster `i`'s kube-apiserver with SIGKILL and keeps it down until
     /// [`TestEnv::restore_apiserver`] (its controller-manager, scheduler and kwok keep running
     /// and retry, as beside a crashed control plane).

@@ -123,22 +123,8 @@ async fn argo_controller_drives_a_plain_canary_through_its_steps() {
         .to_str()
         .expect("a UTF-8 path")
         .to_string();
-    let metrics = free_port();
-    let healthz = free_port();
     let mut controller = env
-        .spawn(
-            "rollouts-controller",
-            "rollouts-controller",
-            &[
-                "--kubeconfig",
-                &kubeconfig,
-                "--leader-elect=false",
-                "--metricsport",
-                &metrics.to_string(),
-                "--healthzPort",
-                &healthz.to_string(),
-            ],
-        )
+        .spawn_argo_controller(0)
         .expect("rollouts-controller starts");
 
     let client = cluster.client().await.expect("a kube client");
@@ -279,11 +265,4 @@ async fn argo_controller_drives_a_plain_canary_through_its_steps() {
         "{healthy}"
     );
     assert!(healthy.contains("registry.invalid/demo:2"), "{healthy}");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }

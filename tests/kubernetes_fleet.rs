@@ -1376,3 +1376,73 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
         assert!(clusters[1].replica_sets().await.is_empty());
     });
 }
+
+/// `rolloutSource: flotilla` never fights another writer: when someone else took the image of
+/// the Rollout's template (server-side apply with force), Flotilla's next apply is refused and
+/// the cluster is held with an `OwnershipConflict` naming the field and the other manager.
+#[test]
+fn another_writer_of_the_template_is_an_ownership_conflict() {
+    let _one = one_at_a_time();
+    let env = start_env(1);
+    let dir = tempfile::tempdir().unwrap();
+    let text = manifests(&env, None, "        - setWeight: 50\n        - pause: {}\n");
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let h1 = argo_hash(V1);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        let serve = Serve::start(dir.path());
+        wait_rollout(
+            &cluster,
+            &serve,
+            "1.0 healthy",
+            Duration::from_secs(90),
+            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
+        )
+        .await;
+        // A hand edit that takes the image (as `kubectl apply --server-side --force-conflicts`).
+        let edit = json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Rollout",
+            "metadata": {"name": "payments", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "registry.example/payments:hotfix"}
+            ]}}}
+        });
+        cluster
+            .rollouts
+            .patch(
+                "payments",
+                &kube::api::PatchParams::apply("hand-edit").force(),
+                &kube::api::Patch::Apply(&edit),
+            )
+            .await
+            .unwrap();
+        set_image(&serve, V2).await;
+        let view = serve
+            .wait_for(
+                "the ownership conflict named",
+                Duration::from_secs(60),
+                |v| {
+                    cluster_view(v, "cluster-0")
+                        .condition
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with("OwnershipConflict"))
+                },
+            )
+            .await;
+        let condition = cluster_view(&view, "cluster-0").condition.clone().unwrap();
+        assert!(
+            condition.contains("hand-edit") && condition.contains(".image"),
+            "{condition}"
+        );
+        // Nothing was forced: the other writer's image stands, and no canary was made of 2.0.
+        let rollout = cluster.rollout().await.unwrap();
+        assert_eq!(
+            rollout["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/payments:hotfix"
+        );
+        assert!(!cluster.replica_sets().await.contains_key(&argo_hash(V2)));
+    });
+}

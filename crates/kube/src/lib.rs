@@ -6,4 +6,5 @@
 pub mod backend;
 
 pub use backend::KubeBackend;
+pub use backend::clients::KubeClients;
 pub use flotilla_core::rollout::pod_template_hash::{HashError, go_json, pod_template_hash};

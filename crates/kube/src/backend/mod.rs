@@ -18,6 +18,7 @@
 //! `Conflict`, 400/422 `Invalid`, a transport failure `Unreachable`; a kubeconfig that cannot be
 //! read is `Invalid` naming the cluster and the file.
 
+pub mod clients;
 pub mod commands;
 pub mod objects;
 pub mod status;
@@ -58,7 +59,7 @@ pub struct KubeBackend {
     source: RolloutSource,
     rollout: String,
     clock: Clock,
-    client: tokio::sync::Mutex<Option<kube::Client>>,
+    client: clients::Slot,
     memory: Mutex<Memory>,
 }
 
@@ -109,22 +110,25 @@ impl KubeBackend {
     }
 
     /// The backend of cluster `cluster` reached through `endpoint`, driving the Rollout named
-    /// `rollout` whose spec `source` owns; `clock` is the caller's wall clock. Connects lazily:
-    /// a kubeconfig that cannot be read is the cluster's condition, not the fleet's failure.
+    /// `rollout` whose spec `source` owns; `clock` is the caller's wall clock; the cluster's
+    /// client comes from `clients`, shared with the other Rollouts there. Connects lazily: a
+    /// kubeconfig that cannot be read is the cluster's condition, not the fleet's failure.
     pub fn new(
         cluster: &str,
         endpoint: KubernetesEndpoint,
         source: RolloutSource,
         rollout: &str,
         clock: Clock,
+        clients: &clients::KubeClients,
     ) -> KubeBackend {
+        let client = clients.slot(&endpoint);
         KubeBackend {
             cluster: cluster.to_owned(),
             endpoint,
             source,
             rollout: rollout.to_owned(),
             clock,
-            client: tokio::sync::Mutex::new(None),
+            client,
             memory: Mutex::new(Memory::default()),
         }
     }

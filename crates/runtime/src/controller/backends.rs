@@ -8,7 +8,7 @@ use std::time::Duration;
 use flotilla_agent_backend::{AgentBackend, AgentClient};
 use flotilla_core::backend::ClusterBackend;
 use flotilla_core::spec::fleet::{Cluster, RolloutSource};
-use flotilla_kube::KubeBackend;
+use flotilla_kube::{KubeBackend, KubeClients};
 
 use super::config::AgentTokens;
 
@@ -34,6 +34,8 @@ impl Backends {
     /// Clusters with an `agent` endpoint (each agent's control API called with its token) and
     /// clusters with a `kubernetes` endpoint (its kubeconfig and context).
     pub fn standard(tokens: AgentTokens) -> Backends {
+        // One kube client per Kubernetes cluster, whatever the number of Rollouts driven there.
+        let clients = KubeClients::default();
         Backends::with(move |cluster: &Cluster, target: &Target| {
             let endpoint = cluster.endpoint.as_ref();
             if let Some(kubernetes) = endpoint.and_then(|e| e.kubernetes.clone()) {
@@ -47,6 +49,7 @@ impl Backends {
                     source,
                     &target.rollout,
                     crate::clock::wall_clock,
+                    &clients,
                 )) as Arc<dyn ClusterBackend>);
             }
             let Some(agent) = endpoint.and_then(|e| e.agent.clone()) else {

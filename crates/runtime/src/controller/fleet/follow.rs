@@ -13,7 +13,6 @@ use flotilla_core::spec::rollout::Rollout;
 
 use super::images::first_image;
 use super::{FleetController, TickOutput};
-use crate::controller::record::{AuditEntry, AuditKind};
 
 impl FleetController {
     /// Reads the spec each cluster holds; when all agree on one other than the fleet's, it is
@@ -97,14 +96,7 @@ impl FleetController {
                 .clone()
                 .unwrap_or_else(|| "the clusters' Rollout specs agree again".to_owned());
             tracing::warn!(fleet = %self.record.name, "{message}");
-            out.audit.push(AuditEntry::new(
-                now,
-                &self.record.name,
-                &self.machine.state().revision,
-                AuditKind::Sync,
-                None,
-                message,
-            ));
+            out.audit.push(self.sync_entry(now, message));
             self.disagreement = problem;
         }
         if self.disagreement.is_some() || !news || !unread.is_empty() {
@@ -130,14 +122,7 @@ impl FleetController {
         };
         tracing::info!(fleet = %self.record.name, "{message}");
         self.record.state = self.machine.state().clone();
-        out.audit.push(AuditEntry::new(
-            now,
-            &self.record.name,
-            &self.machine.state().revision,
-            AuditKind::Sync,
-            None,
-            message,
-        ));
+        out.audit.push(self.sync_entry(now, message));
     }
 }
 

@@ -279,7 +279,7 @@ impl FleetController {
     }
 
     /// An audit entry of the source's desired state.
-    fn sync_entry(&self, now: Millis, message: String) -> AuditEntry {
+    pub(super) fn sync_entry(&self, now: Millis, message: String) -> AuditEntry {
         AuditEntry::new(
             now,
             &self.record.name,

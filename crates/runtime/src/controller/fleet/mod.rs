@@ -304,20 +304,9 @@ impl FleetController {
         {
             // A backend that makes workloads from pod templates (Kubernetes) gets each
             // revision's template and the Rollout it applies.
-            let known: BTreeMap<&str, &flotilla_core::spec::rollout::Rollout> =
-                self.machine.known_specs().collect();
-            let specs = &self.record.specs;
-            let spec_of = |hash: &str| {
-                known.get(hash).copied().or_else(|| {
-                    specs
-                        .history
-                        .iter()
-                        .chain([&specs.previous, &specs.next])
-                        .find(|spec| template_hash(spec) == hash)
-                })
-            };
             for revision in desired.revisions.values_mut() {
-                revision.template = spec_of(&revision.hash)
+                revision.template = self
+                    .spec_of_hash(&revision.hash)
                     .and_then(|s| serde_json::to_value(&s.spec.template).ok());
             }
             // The Rollout applied is the one of the engine's current revision: an aborted
@@ -327,16 +316,16 @@ impl FleetController {
                 .rollout
                 .current
                 .map(|c| cluster.rollout.hash(c))
-                .and_then(|hash| spec_of(&hash));
+                .and_then(|hash| self.spec_of_hash(&hash));
             desired.rollout = serde_json::to_value(current.unwrap_or(&spec)).ok();
         }
         Some(desired)
     }
 
     /// A spec the fleet knows by its pod-template hash (the machine's, or the record's).
-    fn spec_of_hash(&self, hash: &str) -> Option<flotilla_core::spec::rollout::Rollout> {
+    fn spec_of_hash(&self, hash: &str) -> Option<&flotilla_core::spec::rollout::Rollout> {
         if let Some((_, spec)) = self.machine.known_specs().find(|(h, _)| *h == hash) {
-            return Some(spec.clone());
+            return Some(spec);
         }
         let specs = &self.record.specs;
         specs
@@ -344,7 +333,6 @@ impl FleetController {
             .iter()
             .chain([&specs.previous, &specs.next])
             .find(|spec| template_hash(spec) == hash)
-            .cloned()
     }
 
     /// A cluster's rollout analysis runs (the fleet's wave analyses are not the Rollout's), each
@@ -369,10 +357,7 @@ impl FleetController {
                     let spec = self
                         .spec_of_hash(&hash)
                         .and_then(|rollout| {
-                            self.machine
-                                .plan()
-                                .run_plan_inputs(&rollout, name, key)
-                                .ok()
+                            self.machine.plan().run_plan_inputs(rollout, name, key).ok()
                         })
                         .map(|(template, values)| {
                             let args: Vec<serde_json::Value> = values
@@ -386,10 +371,16 @@ impl FleetController {
                                 })
                                 .collect();
                             serde_json::json!({"metrics": template.metrics, "args": args})
-                        })
-                        .unwrap_or_else(|| serde_json::json!({"metrics": []}));
-                    self.run_specs.insert(cache, spec.clone());
-                    spec
+                        });
+                    // Kept once made; a spec not made yet (its revision's Rollout unknown) is
+                    // tried again at the next tick.
+                    match spec {
+                        Some(spec) => {
+                            self.run_specs.insert(cache, spec.clone());
+                            spec
+                        }
+                        None => serde_json::json!({"metrics": []}),
+                    }
                 }
             };
             out.push(flotilla_core::backend::DesiredRun { key, spec, run });

@@ -1446,3 +1446,115 @@ fn another_writer_of_the_template_is_an_ownership_conflict() {
         assert!(!cluster.replica_sets().await.contains_key(&argo_hash(V2)));
     });
 }
+
+/// `flotilla lint --live FILE` run in `dir`: its exit code and stdout.
+fn lint_live(dir: &Path) -> (i32, String) {
+    let output = flotilla()
+        .args(["lint", "--live", "manifests.yaml"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// A lockstep wave of two clusters whose Rollouts (Argo CD's, read in each cluster) have
+/// different step counts: `flotilla lint --live` names the FleetRollout's line and field and
+/// each cluster's steps; the daemon starts no revision and says why; once Argo CD syncs the same
+/// steps everywhere, both agree and the revision starts.
+#[test]
+fn a_lockstep_wave_needs_the_same_steps_in_every_cluster() {
+    let _one = one_at_a_time();
+    let env = start_env(2);
+    let dir = tempfile::tempdir().unwrap();
+    let two = "        - setWeight: 50\n        - pause: {}\n";
+    let three = "        - setWeight: 25\n        - pause: {}\n        - setWeight: 75\n";
+    let text = manifests(&env, None, two)
+        .replace("  rolloutSource: flotilla\n", "")
+        .replace("wave: 2}", "wave: 1}")
+        .replace("    list:\n", "    lockstep: true\n    list:\n");
+    let other = manifests(&env, None, three);
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let lockstep_line = text
+        .lines()
+        .position(|l| l.trim() == "lockstep: true")
+        .unwrap()
+        + 1;
+    let h2 = argo_hash(V2);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let clusters = [
+            Cluster::prepare(env.cluster(0)).await,
+            Cluster::prepare(env.cluster(1)).await,
+        ];
+        argocd_apply(&clusters[0], &text, V1).await;
+        argocd_apply(&clusters[1], &other, V1).await;
+
+        let (code, out) = lint_live(dir.path());
+        assert_eq!(code, 1, "{out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("fleet/lockstep-steps"))
+            .unwrap_or_else(|| panic!("no lockstep-steps finding:\n{out}"));
+        assert!(
+            line.starts_with(&format!("manifests.yaml:{lockstep_line}:"))
+                && line.contains("spec.waves.lockstep")
+                && line.contains("error")
+                && line.contains("cluster-0: 2 canary steps; cluster-1: 3 canary steps"),
+            "{line}"
+        );
+
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 everywhere", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        // Argo CD syncs 2.0 everywhere, with the steps still different: nothing starts.
+        argocd_apply(&clusters[0], &text, V2).await;
+        argocd_apply(&clusters[1], &other, V2).await;
+        let view = serve
+            .wait_for("the steps named", Duration::from_secs(30), |v| {
+                v.errors.iter().any(|e| e.contains("lockstep"))
+            })
+            .await;
+        let error = view.errors.iter().find(|e| e.contains("lockstep")).unwrap();
+        assert!(
+            error.contains("spec.waves.lockstep")
+                && error.contains("cluster-0: 2 canary steps; cluster-1: 3 canary steps"),
+            "{error}"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for cluster in &clusters {
+            assert!(
+                !cluster.replica_sets().await.contains_key(&h2),
+                "{}: a canary was made while the steps disagree\n{}",
+                cluster.name,
+                serve.log()
+            );
+        }
+        let view = serve.client().fleet("payments").await.unwrap();
+        assert_ne!(view.image, V2);
+
+        // Argo CD syncs the same steps to cluster-1: the revision starts in both, together.
+        argocd_apply(&clusters[1], &text, V2).await;
+        for cluster in &clusters {
+            wait_rollout(
+                cluster,
+                &serve,
+                "the canary of 2.0",
+                Duration::from_secs(60),
+                |_, sets| sets.contains_key(&h2),
+            )
+            .await;
+        }
+        let view = serve.client().fleet("payments").await.unwrap();
+        assert!(view.errors.is_empty(), "{:?}", view.errors);
+        let (code, out) = lint_live(dir.path());
+        assert!(!out.contains("lockstep-steps"), "{out}");
+        assert_ne!(code, 2, "{out}");
+    });
+}

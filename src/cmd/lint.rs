@@ -20,6 +20,11 @@ pub struct LintArgs {
     /// Treat warnings as errors.
     #[arg(long)]
     strict: bool,
+    /// Also read, in each Kubernetes cluster of a linted Fleet whose Rollout spec is owned there
+    /// (`rolloutSource: cluster`), the Rollout it holds, and check it against the FleetRollouts
+    /// (a lockstep wave needs the same steps in every cluster).
+    #[arg(long)]
+    live: bool,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -38,13 +43,19 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         eprintln!("flotilla lint: name at least one FILE (or -f FILE)");
         return Ok(ExitCode::from(2));
     }
-    let report = match flotilla_runtime::files::lint_paths(
-        &paths,
-        Options {
-            strict: args.strict,
-            capabilities: Some(flotilla_runtime::controller::backends::capabilities_of),
-        },
-    ) {
+    let options = Options {
+        strict: args.strict,
+        capabilities: Some(flotilla_runtime::controller::backends::capabilities_of),
+    };
+    let report = if args.live {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(flotilla_runtime::files::lint_paths_live(&paths, options))
+    } else {
+        flotilla_runtime::files::lint_paths(&paths, options)
+    };
+    let report = match report {
         Ok(report) => report,
         Err(error) => {
             eprintln!("flotilla lint: {error}");

@@ -156,6 +156,33 @@ pub fn split_overlays(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<OverlaySou
 /// Reads and lints files and directories as one set, so references across files resolve.
 /// Overlay files under a directory are checked as the daemon reads them (rule `overlay`).
 pub fn lint_paths(paths: &[PathBuf], options: Options) -> Result<LintReport, ReadError> {
+    lint_loaded(paths, options).map(|(report, _)| report)
+}
+
+/// `flotilla lint --live`: [`lint_paths`], then the Rollouts that the Kubernetes clusters of each
+/// linted Fleet hold (`rolloutSource: cluster`) read there and checked against the FleetRollouts
+/// that deploy them ([`lint::lint_held`]).
+pub async fn lint_paths_live(paths: &[PathBuf], options: Options) -> Result<LintReport, ReadError> {
+    let (mut report, manifests) = lint_loaded(paths, options)?;
+    let held = crate::controller::backends::held_rollouts(&manifests).await;
+    report
+        .diagnostics
+        .extend(lint::lint_held(&manifests, &held));
+    if options.strict {
+        for d in &mut report.diagnostics {
+            if d.severity == Severity::Warning {
+                d.severity = Severity::Error;
+            }
+        }
+    }
+    lint::sort(&mut report.diagnostics);
+    Ok(report)
+}
+
+fn lint_loaded(
+    paths: &[PathBuf],
+    options: Options,
+) -> Result<(LintReport, Vec<LoadedManifest>), ReadError> {
     let (files, overlays) = split_overlays(paths)?;
     let (manifests, mut diagnostics) = load_files(&files)?;
     diagnostics.extend(lint::lint(&manifests, options));
@@ -172,9 +199,10 @@ pub fn lint_paths(paths: &[PathBuf], options: Options) -> Result<LintReport, Rea
         message: e.message,
     }));
     lint::sort(&mut diagnostics);
-    Ok(LintReport {
+    let report = LintReport {
         diagnostics,
         manifests: manifests.len(),
         files: files.len() + overlays.len(),
-    })
+    };
+    Ok((report, manifests))
 }

@@ -8,8 +8,10 @@
 mod analysis;
 mod backend;
 mod fleet;
+mod held;
 pub use backend::CapabilitiesOf;
 pub use fleet::waves_of;
+pub use held::{HeldRollouts, lint_held};
 mod rollout;
 mod scenario;
 mod secrets;

@@ -285,6 +285,71 @@ impl FleetRollout {
     }
 }
 
+/// A lockstep wave whose clusters hold Rollouts with different steps (`rolloutSource:
+/// cluster`, each cluster's Rollout read there): its barriers cannot be passed together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockstepMismatch {
+    /// The wave's number, 1-based.
+    pub wave: u32,
+    /// The FleetRollout field that makes the wave lockstep (`spec.waves.steps[i].lockstep` or
+    /// `spec.waves.lockstep`).
+    pub path: String,
+    /// What each cluster of the wave holds, e.g. `eu-west: 5 canary steps; us-east: 3 canary
+    /// steps`.
+    pub message: String,
+}
+
+impl FleetRollout {
+    /// The lockstep waves whose clusters hold Rollouts of different step counts (or strategies:
+    /// a blue-green has no steps to pass together), given the Rollout each cluster holds;
+    /// clusters absent from `held` are not compared.
+    pub fn lockstep_mismatches(
+        &self,
+        clusters: &[Cluster],
+        held: &BTreeMap<String, &super::rollout::Rollout>,
+    ) -> Vec<LockstepMismatch> {
+        let mut out = Vec::new();
+        for (number, names) in self.waves(clusters) {
+            if !self.lockstep(number) {
+                continue;
+            }
+            let shapes: Vec<(&str, String)> = names
+                .iter()
+                .filter_map(|name| Some((name.as_str(), held.get(name)?.steps_shape())))
+                .collect();
+            if shapes.iter().all(|(_, shape)| *shape == shapes[0].1) {
+                continue;
+            }
+            let own = self
+                .spec
+                .waves
+                .steps
+                .as_ref()
+                .and_then(|s| s.get(number as usize - 1))
+                .and_then(|s| s.lockstep)
+                .is_some();
+            let path = if own {
+                format!("spec.waves.steps[{}].lockstep", number - 1)
+            } else {
+                "spec.waves.lockstep".to_owned()
+            };
+            let held: Vec<String> = shapes
+                .iter()
+                .map(|(name, shape)| format!("{name}: {shape}"))
+                .collect();
+            out.push(LockstepMismatch {
+                wave: number,
+                path,
+                message: format!(
+                    "wave {number} moves in lockstep, but its clusters' Rollouts have different steps ({}): the barrier needs the same steps in every cluster",
+                    held.join("; ")
+                ),
+            });
+        }
+        out
+    }
+}
+
 impl WaveStep {
     /// Whether a cluster with these labels is selected by this step.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {

@@ -99,6 +99,21 @@ impl Rollout {
         self.spec.strategy.as_ref()?.blue_green.as_ref()
     }
 
+    /// Its steps as a lockstep barrier counts them: `5 canary steps`, `1 canary step`,
+    /// `blue-green` or `no strategy`.
+    pub fn steps_shape(&self) -> String {
+        if let Some(canary) = self.canary() {
+            match canary.steps.len() {
+                1 => "1 canary step".to_owned(),
+                n => format!("{n} canary steps"),
+            }
+        } else if self.blue_green().is_some() {
+            "blue-green".to_owned()
+        } else {
+            "no strategy".to_owned()
+        }
+    }
+
     /// The canary steps (empty for a blue-green Rollout or a canary without steps).
     pub fn steps(&self) -> &[CanaryStep] {
         self.canary().map_or(&[], |canary| canary.steps.as_slice())

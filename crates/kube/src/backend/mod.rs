@@ -245,6 +245,17 @@ impl KubeBackend {
     }
 
     /// The Rollout as read (None: it does not exist).
+    /// The Rollout the cluster holds, as `observe` reports it in `rolloutSource: cluster` (spec,
+    /// labels, annotations; no status): what `flotilla lint --live` checks. None: there is no
+    /// Rollout of that name in the namespace.
+    pub async fn held(&self) -> Result<Option<Value>, BackendError> {
+        let client = self.client().await?;
+        Ok(self
+            .read_rollout(&client)
+            .await?
+            .map(|rollout| objects::held_rollout(&rollout)))
+    }
+
     async fn read_rollout(&self, client: &kube::Client) -> Result<Option<Value>, BackendError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());

@@ -108,6 +108,59 @@ pub fn spec_in_cluster(cluster: &Cluster, target: &Target) -> bool {
         })
 }
 
+/// The Rollout each Kubernetes cluster holds for each FleetRollout among `manifests` whose Fleet
+/// is among them too, for the clusters whose spec is owned there ([`spec_in_cluster`]): what
+/// `flotilla lint --live` checks. One client per cluster; clusters are read one after another
+/// (a lint, not a controller), each bounded by the client's timeouts.
+pub async fn held_rollouts(
+    manifests: &[flotilla_core::manifest::LoadedManifest],
+) -> flotilla_core::lint::HeldRollouts {
+    use flotilla_core::spec::Manifest;
+    let clients = KubeClients::default();
+    let mut out = flotilla_core::lint::HeldRollouts::new();
+    for loaded in manifests {
+        let Manifest::FleetRollout(fleet_rollout) = &loaded.manifest else {
+            continue;
+        };
+        let Some(fleet) = manifests.iter().find_map(|m| match &m.manifest {
+            Manifest::Fleet(f) if m.manifest.name() == fleet_rollout.spec.fleet => Some(f),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let target = Target {
+            rollout: fleet_rollout.spec.rollout.clone(),
+            rollout_source: fleet_rollout.spec.rollout_source,
+        };
+        let held = out.entry(loaded.manifest.name().to_owned()).or_default();
+        for cluster in &fleet.spec.clusters {
+            let Some(kubernetes) = cluster.endpoint.as_ref().and_then(|e| e.kubernetes.clone())
+            else {
+                continue;
+            };
+            if !spec_in_cluster(cluster, &target) {
+                continue;
+            }
+            let namespace = kubernetes.namespace().to_owned();
+            let backend = KubeBackend::new(
+                &cluster.name,
+                kubernetes,
+                RolloutSource::Cluster,
+                &target.rollout,
+                crate::clock::wall_clock,
+                &clients,
+            );
+            let read = match backend.held().await {
+                Ok(Some(value)) => serde_json::from_value(value).map_err(|e| e.to_string()),
+                Ok(None) => Err(format!("Rollout {namespace}/{} not found", target.rollout)),
+                Err(e) => Err(e.to_string()),
+            };
+            held.insert(cluster.name.clone(), read);
+        }
+    }
+    out
+}
+
 /// What the backend of `cluster` can do, as `flotilla lint` checks a Rollout against it (None:
 /// a cluster without an endpoint).
 pub fn capabilities_of(cluster: &Cluster) -> Option<flotilla_core::backend::Capabilities> {

@@ -32,6 +32,9 @@ pub struct FakeState {
     pub ensures: Vec<(Instant, bool, ClusterDesired)>,
     /// The version running before any desired state, and its replicas.
     pub initial: Option<(String, u32)>,
+    /// The Rollout the cluster holds, reported by every observation (as a Kubernetes cluster
+    /// whose spec Argo CD owns reports it: `rolloutSource: cluster`).
+    pub held: Option<serde_json::Value>,
 }
 
 impl FakeState {
@@ -163,7 +166,7 @@ impl FakeBackend {
             revisions,
             weights: Some(weights),
             serving,
-            rollout: None,
+            rollout: state.held.clone(),
         })
     }
 }

@@ -40,7 +40,7 @@ impl FleetController {
         let mut unreadable = Vec::new();
         for (name, held) in &self.held_specs {
             match &held.read {
-                Ok((rollout, hash)) => {
+                Ok((rollout, hash, _)) => {
                     groups
                         .entry(hash.as_str())
                         .or_insert_with(|| (rollout, Vec::new()))
@@ -89,7 +89,7 @@ impl FleetController {
                 held.join("; ")
             ))
         } else {
-            None
+            self.strategy_problem()
         };
         if problem != self.disagreement {
             let message = problem
@@ -126,10 +126,73 @@ impl FleetController {
     }
 }
 
-/// The spec a cluster holds, as read and as decoded.
+impl FleetController {
+    /// Clusters that hold the same pod template but not the same strategy: the fleet runs one
+    /// Rollout's steps everywhere, so it would run steps some cluster's owner did not write.
+    /// A lockstep wave whose clusters' step counts differ is named as such (its barrier needs
+    /// the same steps: the rule `flotilla lint --live` reports as `fleet/lockstep-steps`).
+    fn strategy_problem(&self) -> Option<String> {
+        let read: BTreeMap<String, &Rollout> = self
+            .held_specs
+            .iter()
+            .filter_map(|(name, held)| Some((name.clone(), &held.read.as_ref().ok()?.0)))
+            .collect();
+        if let Some(desired) = &self.record.desired {
+            let mismatches = desired
+                .fleet_rollout
+                .lockstep_mismatches(&desired.fleet.spec.clusters, &read);
+            if !mismatches.is_empty() {
+                let said: Vec<String> = mismatches
+                    .into_iter()
+                    .map(|m| format!("{}: {}", m.path, m.message))
+                    .collect();
+                return Some(format!(
+                    "no revision starts until the clusters' steps agree: {}",
+                    said.join("; ")
+                ));
+            }
+        }
+        let mut strategies: BTreeMap<&str, (&Rollout, Vec<&str>)> = BTreeMap::new();
+        for (name, held) in &self.held_specs {
+            if let Ok((rollout, _, strategy)) = &held.read {
+                strategies
+                    .entry(strategy.as_str())
+                    .or_insert_with(|| (rollout, Vec::new()))
+                    .1
+                    .push(name.as_str());
+            }
+        }
+        if strategies.len() < 2 {
+            return None;
+        }
+        // In the order of their first cluster's name, so that the message is stable.
+        let mut strategies: Vec<(&Rollout, Vec<&str>)> = strategies.into_values().collect();
+        strategies.sort_by_key(|(_, names)| names[0]);
+        let held: Vec<String> = strategies
+            .iter()
+            .enumerate()
+            .map(|(i, (rollout, names))| {
+                format!(
+                    "{} {} strategy {} ({})",
+                    names.join(", "),
+                    if names.len() == 1 { "holds" } else { "hold" },
+                    i + 1,
+                    rollout.steps_shape()
+                )
+            })
+            .collect();
+        Some(format!(
+            "the clusters' Rollouts hold the same pod template but different strategies, so no revision starts until they agree (the fleet runs one Rollout's steps in every cluster): {}",
+            held.join("; ")
+        ))
+    }
+}
+
+/// The spec a cluster holds, as read and as decoded: the Rollout, its pod-template hash and its
+/// strategy as JSON (compared between clusters).
 pub(super) struct HeldSpec {
     value: serde_json::Value,
-    read: Result<(Rollout, String), String>,
+    read: Result<(Rollout, String, String), String>,
 }
 
 impl HeldSpec {
@@ -139,7 +202,9 @@ impl HeldSpec {
             read: serde_json::from_value::<Rollout>(value.clone())
                 .map(|rollout| {
                     let hash = template_hash(&rollout);
-                    (rollout, hash)
+                    let strategy =
+                        serde_json::to_string(&rollout.spec.strategy).unwrap_or_default();
+                    (rollout, hash, strategy)
                 })
                 .map_err(|e| e.to_string()),
         }

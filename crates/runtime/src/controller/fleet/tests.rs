@@ -428,6 +428,107 @@ spec:
         );
     }
 
+    /// The manifests' Rollout as a cluster holds it, with `image` and `steps` setWeight steps.
+    fn held(image: &str, steps: usize) -> serde_json::Value {
+        let load = flotilla_core::manifest::load_bytes("fleet.yaml", MANIFESTS.as_bytes());
+        let rollout = load
+            .manifests
+            .iter()
+            .find_map(|m| match &m.manifest {
+                flotilla_core::spec::Manifest::Rollout(r) => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let mut value = serde_json::to_value(&rollout).unwrap();
+        value["spec"]["template"]["spec"]["containers"][0]["image"] = image.into();
+        value["spec"]["strategy"]["canary"]["steps"] = (1..=steps)
+            .map(|i| serde_json::json!({"setWeight": 10 * i}))
+            .collect();
+        value
+    }
+
+    /// `rolloutSource: cluster`: two clusters that hold the same pod template but different
+    /// steps are named, and no revision starts on them (the fleet runs one Rollout's steps in
+    /// every cluster) until their owner makes them agree.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clusters_holding_different_strategies_start_no_revision() {
+        let manifests = MANIFESTS
+            .replace(
+                "    - {name: east, endpoint: {agent: \"http://127.0.0.1:9\"}}\n",
+                "    - {name: east, endpoint: {kubernetes: {namespace: default}}}\n    - {name: west, endpoint: {kubernetes: {namespace: default}}}\n",
+            )
+            .replace(
+                "      - {cluster: east, wave: 1}\n",
+                "      - {cluster: east, wave: 1}\n      - {cluster: west, wave: 2}\n",
+            );
+        let east = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        let west = Arc::new(FakeBackend::new("1.0", 2, Duration::ZERO));
+        east.state.lock().unwrap().held = Some(held("app:1.0", 2));
+        west.state.lock().unwrap().held = Some(held("app:1.0", 2));
+        let (e, w) = (east.clone(), west.clone());
+        let backends = Backends::with(move |cluster, _| {
+            Ok(if cluster.name == "east" {
+                e.clone()
+            } else {
+                w.clone()
+            } as Arc<dyn ClusterBackend>)
+        });
+        let mut controller = super::super::FleetController::new(
+            &desired_of(&manifests),
+            None,
+            &wiring_with(backends),
+        )
+        .unwrap();
+        let current = |c: &super::super::FleetController, name: &str| {
+            c.machine.state().clusters[name].rollout.current
+        };
+        run(&mut controller, &[], Duration::from_secs(10), |c| {
+            c.record.adopting.is_empty() && current(c, "east") == Some(1)
+        })
+        .await;
+        assert!(
+            controller.view().errors.is_empty(),
+            "{:?}",
+            controller.view().errors
+        );
+
+        // Argo CD syncs 2.0 everywhere, but west's Rollout has three steps.
+        east.state.lock().unwrap().held = Some(held("app:2.0", 2));
+        west.state.lock().unwrap().held = Some(held("app:2.0", 3));
+        run(&mut controller, &[], Duration::from_secs(10), |c| {
+            !c.view().errors.is_empty()
+        })
+        .await;
+        let errors = controller.view().errors;
+        assert!(
+            errors[0].contains("different strategies")
+                && errors[0].contains("east holds strategy 1 (2 canary steps)")
+                && errors[0].contains("west holds strategy 2 (3 canary steps)"),
+            "{errors:?}"
+        );
+        for _ in 0..5 {
+            run(&mut controller, &[], Duration::from_secs(1), |_| true).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            current(&controller, "east"),
+            Some(1),
+            "a revision started on disagreeing steps"
+        );
+
+        // They agree: the revision starts, and the error is gone.
+        west.state.lock().unwrap().held = Some(held("app:2.0", 2));
+        run(&mut controller, &[], Duration::from_secs(10), |c| {
+            current(c, "east") == Some(2)
+        })
+        .await;
+        assert!(
+            controller.view().errors.is_empty(),
+            "{:?}",
+            controller.view().errors
+        );
+    }
+
     /// `serve` refuses a Rollout that needs what a cluster's backend lacks, by cluster and
     /// capability, before anything runs.
     #[tokio::test]

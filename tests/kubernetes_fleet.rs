@@ -172,6 +172,8 @@ fn rollout_resource() -> ApiResource {
 /// One cluster's objects as the test reads them back.
 struct Cluster {
     name: String,
+    kubeconfig: String,
+    events: Api<k8s_openapi::api::core::v1::Event>,
     rollouts: Api<DynamicObject>,
     analysis_runs: Api<DynamicObject>,
     replica_sets: Api<ReplicaSet>,
@@ -196,6 +198,8 @@ impl Cluster {
         }
         Cluster {
             name: cluster.name.clone(),
+            kubeconfig: cluster.kubeconfig.display().to_string(),
+            events: Api::namespaced(client.clone(), "default"),
             rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
             analysis_runs: Api::namespaced_with(
                 client.clone(),
@@ -269,6 +273,47 @@ impl Cluster {
             .into_iter()
             .map(|r| serde_json::to_value(r).unwrap())
             .collect()
+    }
+
+    /// The Events on the Rollout `payments`, oldest first, each as `Type Reason: message`
+    /// (`kubectl describe rollout`'s list).
+    async fn events(&self) -> Vec<String> {
+        let mut events = self
+            .events
+            .list(&ListParams::default().fields("involvedObject.name=payments"))
+            .await
+            .unwrap()
+            .items;
+        events.sort_by_key(|e| e.metadata.name.clone());
+        events
+            .into_iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some("Rollout"))
+            .map(|e| {
+                format!(
+                    "{} {}: {}",
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until an Event of the Rollout contains `text` (at most `limit`); returns them all.
+    async fn wait_event(&self, text: &str, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let events = self.events().await;
+            if events.iter().any(|e| e.contains(text)) {
+                return events;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no Event with {text:?}: {events:#?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn selector(&self, service: &str) -> Option<String> {
@@ -516,6 +561,21 @@ fn regression_story(source: Source) {
                 for cluster in &clusters[1..] {
                     argocd_apply(cluster, &text, V2).await;
                 }
+                // cluster-2 is held by its wave (3), with Flotilla's pause; a promote issued
+                // there with Argo's plugin is refused, and an Event on its Rollout says why.
+                wait_rollout(
+                    &clusters[2],
+                    &serve,
+                    "the FleetWave pause",
+                    Duration::from_secs(30),
+                    |r, _| r["status"]["pauseConditions"][0]["reason"] == "FleetWave",
+                )
+                .await;
+                env.run(
+                    "kubectl-argo-rollouts",
+                    &["promote", "payments", "-n", "default", "--kubeconfig", &clusters[2].kubeconfig],
+                )
+                .expect("kubectl-argo-rollouts promote");
             }
         }
         let mut steps_seen = Vec::new();
@@ -655,6 +715,42 @@ fn regression_story(source: Source) {
             shown.contains(&format!("payments-{h2}-2-2")) && shown.contains("AnalysisRun"),
             "{shown}"
         );
+        // The decisions as Events on each Rollout, with Argo's reasons and messages.
+        let e0 = clusters[0]
+            .wait_event("Normal RolloutCompleted", Duration::from_secs(10))
+            .await;
+        for expected in [
+            format!("Normal NewReplicaSetCreated: Created ReplicaSet payments-{h2} (revision 2)"),
+            format!("Normal ScalingReplicaSet: Scaled up ReplicaSet payments-{h2} (revision 2) from 0 to 1"),
+            "Normal RolloutStepCompleted: Rollout step 1/5 completed (setWeight: 34)".to_owned(),
+            "Normal RolloutStepCompleted: Rollout step 2/5 completed (pause: 1s)".to_owned(),
+            "Normal RolloutStepCompleted: Rollout step 3/5 completed (analysis)".to_owned(),
+            format!("Normal AnalysisRunSuccessful: Step Analysis Run 'payments-{h2}-2-2' Status New: 'Successful'"),
+            format!("Normal RolloutCompleted: Rollout completed update to revision 2 ({h2}): Completed all 5 canary steps"),
+        ] {
+            assert!(e0.iter().any(|e| e.starts_with(&expected)), "{expected:?} not in {e0:#?}");
+        }
+        let e1 = clusters[1]
+            .wait_event("Warning RolloutAborted", Duration::from_secs(10))
+            .await;
+        assert!(
+            e1.iter().any(|e| e.starts_with(&format!("Warning AnalysisRunFailed: Step Analysis Run 'payments-{h2}-2-2' Status New: 'Failed'"))),
+            "{e1:#?}"
+        );
+        if source == Source::Cluster {
+            let e2 = clusters[2]
+                .wait_event("Warning FleetCommandRefused", Duration::from_secs(10))
+                .await;
+            assert!(
+                e2.iter().any(|e| e.starts_with("Normal RolloutPaused: Rollout is paused (FleetWave)")),
+                "{e2:#?}"
+            );
+            let refused = e2.iter().find(|e| e.contains("FleetCommandRefused")).unwrap();
+            assert!(
+                refused.contains("promote cluster-2 (issued in cluster cluster-2): refused: cluster-2 is held by its wave: wave 3 has not started"),
+                "{refused}"
+            );
+        }
         assert_eq!(clusters[0].selector("payments-stable").await.as_deref(), Some(h2.as_str()));
         assert_eq!(clusters[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
         assert_eq!(clusters[1].selector("payments-canary").await.as_deref(), Some(h1.as_str()));
@@ -1359,6 +1455,11 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
             clusters[0].selector("payments-stable").await.as_deref(),
             Some(h1.as_str())
         );
+        // The Role lets Flotilla post its Events too.
+        clusters[0]
+            .wait_event("Normal RolloutCompleted", Duration::from_secs(10))
+            .await;
+        assert!(!serve.log().contains("cannot post an Event"), "{}", serve.log());
         let view = serve
             .wait_for(
                 "cluster-1's missing permission named",

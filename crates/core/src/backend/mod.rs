@@ -193,6 +193,19 @@ pub enum ClusterVerb {
     Retry,
 }
 
+/// What the controller tells the people watching one cluster, where they look there (an Event
+/// on the Rollout in Kubernetes, `kubectl describe rollout`): a decision about that cluster, or
+/// a command issued there and refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNotice {
+    /// A warning (something refused or failed), else a normal notice.
+    pub warning: bool,
+    /// A machine-readable reason in UpperCamelCase, e.g. `FleetCommandRefused`.
+    pub reason: String,
+    /// What happened, for a person.
+    pub message: String,
+}
+
 /// One cluster, as the controller drives it.
 ///
 /// # Contract
@@ -202,6 +215,7 @@ pub enum ClusterVerb {
 /// - `observe` reads what the cluster runs, mapping what it finds to the revisions of `desired`
 ///   (the last state ensured); it never writes.
 /// - `commands` returns the operator commands issued in the cluster since the last call.
+/// - `notify` writes a notice where the cluster's users look; it never fails the rollout.
 pub trait ClusterBackend: Send + Sync {
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
@@ -218,6 +232,13 @@ pub trait ClusterBackend: Send + Sync {
     /// Measures a `builtin` metric from the cluster's own traffic statistics (an error outcome
     /// where the backend has none).
     fn measure_builtin<'a>(&'a self, request: &'a MeasureRequest) -> BoxFuture<'a, Outcome>;
+    /// Tells the cluster's watchers `notice`, best effort (a notice that cannot be written is
+    /// logged, never an error of the rollout). By default there is nowhere to tell it: the
+    /// fleet's audit log and notifications carry it anyway.
+    fn notify<'a>(&'a self, notice: &'a ClusterNotice) -> BoxFuture<'a, ()> {
+        let _ = notice;
+        Box::pin(async {})
+    }
 }
 
 /// The version an image runs, as clusters report it: its tag (`registry/app:1.9.0` → `1.9.0`),

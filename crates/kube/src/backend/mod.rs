@@ -20,6 +20,7 @@
 
 pub mod clients;
 pub mod commands;
+pub mod events;
 pub mod objects;
 pub mod status;
 
@@ -31,14 +32,14 @@ use flotilla_core::analysis::{MeasureRequest, Outcome};
 use flotilla_core::backend::capabilities::TrafficProviders;
 use flotilla_core::backend::{
     BackendError, BoxFuture, Capabilities, ClusterBackend, ClusterCommand, ClusterDesired,
-    ClusterObserved, ObservedRevision, image_version,
+    ClusterNotice, ClusterObserved, ObservedRevision, image_version,
 };
 use flotilla_core::rollout::{ReplicaCounts, RevisionNumber, RunKey};
 use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
 use flotilla_core::time::Millis;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Event, Service};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
@@ -78,6 +79,10 @@ struct Memory {
     held_since: Option<Millis>,
     /// Each AnalysisRun object as last written, by name.
     runs: BTreeMap<String, Value>,
+    /// Events posted (names the next one apart from another of the same millisecond).
+    events: u64,
+    /// Whether a refused Event was logged already (said once, at warn).
+    events_refused: bool,
 }
 
 /// The Rollout kind.
@@ -407,6 +412,7 @@ impl KubeBackend {
         let hashes = self.hashes(desired, &rollout)?;
         let existing = self.replica_sets(&client, &rollout).await?;
         let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
+        let mut notices = Vec::new();
         for (number, hash) in &hashes {
             let revision = &desired.revisions[number];
             let name = objects::replica_set_name(&self.rollout, hash);
@@ -428,7 +434,12 @@ impl KubeBackend {
                             message: e.to_string(),
                         })?;
                     match api.create(&post_params(), &rs).await {
-                        Ok(_) => {}
+                        Ok(_) => {
+                            notices.push(events::created(&name, *number));
+                            if replicas > 0 {
+                                notices.push(events::scaled(&name, *number, 0, replicas));
+                            }
+                        }
                         Err(kube::Error::Api(status)) if status.code == 409 => {
                             // Made by a previous attempt, or a hash collision: read again.
                             return Err(BackendError::Conflict {
@@ -455,12 +466,54 @@ impl KubeBackend {
                         api.patch(&name, &patch_params(), &Patch::Merge(&patch))
                             .await
                             .map_err(|e| self.fail("patch", "replicasets.apps", e))?;
+                        if want != have {
+                            notices.push(events::scaled(&name, *number, have, want));
+                        }
                     }
                 }
             }
         }
-        self.point_services(&client, &rollout, desired, &hashes, &existing)
-            .await
+        let pointed = self
+            .point_services(&client, &rollout, desired, &hashes, &existing)
+            .await;
+        self.post_events(&client, &rollout, &notices).await;
+        pointed
+    }
+
+    /// Posts `notices` as Events on the Rollout as read, best effort: a refused Event (no
+    /// permission to create Events, say) is logged once at warn, never an error of the rollout.
+    async fn post_events(&self, client: &kube::Client, rollout: &Value, notices: &[ClusterNotice]) {
+        if notices.is_empty() {
+            return;
+        }
+        let api: Api<Event> = Api::namespaced(client.clone(), self.namespace());
+        for notice in notices {
+            let sequence = {
+                let mut memory = self.memory.lock().expect("memory lock");
+                memory.events += 1;
+                memory.events
+            };
+            let event = events::event(rollout, notice, (self.clock)(), sequence);
+            let posted = match serde_json::from_value::<Event>(event) {
+                Ok(event) => api
+                    .create(&post_params(), &event)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| error_chain(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(error) = posted {
+                let first = !std::mem::replace(
+                    &mut self.memory.lock().expect("memory lock").events_refused,
+                    true,
+                );
+                if first {
+                    tracing::warn!(cluster = %self.cluster, reason = %notice.reason, %error, "cannot post an Event on the Rollout (said once)");
+                } else {
+                    tracing::debug!(cluster = %self.cluster, reason = %notice.reason, %error, "cannot post an Event on the Rollout");
+                }
+            }
+        }
     }
 
     /// Points the Rollout's Services at their revisions: canary `stableService` at the serving
@@ -765,7 +818,17 @@ impl KubeBackend {
             .await
         {
             Ok(_) => {
+                let phases: BTreeMap<String, String> = runs
+                    .iter()
+                    .filter_map(|(key, name)| {
+                        let run = desired.runs.iter().find(|r| r.key == *key)?;
+                        let phase = serde_json::to_value(run.run.phase).ok()?;
+                        Some((name.clone(), phase.as_str()?.to_owned()))
+                    })
+                    .collect();
+                let notices = events::of_status(rollout, current, &wanted, hashes, &phases);
                 self.memory.lock().expect("memory lock").written = vec![wanted];
+                self.post_events(client, rollout, &notices).await;
                 Ok(())
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -866,6 +929,25 @@ impl ClusterBackend for KubeBackend {
             Outcome::Error(
                 "the builtin provider reads a Flotilla agent's traffic statistics; a Kubernetes cluster has none (use a prometheus or web metric)".to_owned(),
             )
+        })
+    }
+
+    fn notify<'a>(&'a self, notice: &'a ClusterNotice) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let read = match self.client().await {
+                Ok(client) => self.read_rollout(&client).await.map(|r| (client, r)),
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok((client, Some(rollout))) => {
+                    self.post_events(&client, &rollout, std::slice::from_ref(notice))
+                        .await
+                }
+                Ok((_, None)) => {}
+                Err(error) => {
+                    tracing::debug!(cluster = %self.cluster, %error, reason = %notice.reason, "cannot read the Rollout to post an Event on it")
+                }
+            }
         })
     }
 }

@@ -120,6 +120,20 @@ impl FleetMachine {
                     && self.state.bake_started_at.is_some();
                 if in_flight.is_empty() && !baking {
                     return Err(match cluster {
+                        Some(name)
+                            if self
+                                .state
+                                .clusters
+                                .get(name)
+                                .is_some_and(|c| c.status == ClusterStatus::NotStarted) =>
+                        {
+                            let wave = self.plan.wave_of(name).map_or(0, |w| w + 1);
+                            format!(
+                                "{name} is held by its wave: wave {wave} has not started (the fleet is at wave {}); it starts when the waves before it are validated, or with `promote --wave {}` of the wave in progress",
+                                self.state.wave + 1,
+                                self.state.wave + 1
+                            )
+                        }
                         Some(name) => format!("{name} is not progressing or paused"),
                         None => format!(
                             "no cluster of wave {} is progressing or paused, and it is not baking",

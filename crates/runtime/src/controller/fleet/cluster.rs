@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome};
 use flotilla_core::backend::{
-    BackendError, ClusterBackend, ClusterCommand, ClusterDesired, ClusterObserved, DesiredRun,
+    BackendError, ClusterBackend, ClusterCommand, ClusterDesired, ClusterNotice, ClusterObserved,
+    DesiredRun,
 };
 use flotilla_providers::Providers;
 use tokio::sync::watch;
@@ -126,6 +127,13 @@ impl ClusterHandle {
         let generation = self.quiet.given.fetch_add(1, Ordering::SeqCst) + 1;
         self.quiet.touch();
         self.desired.send_replace((generation, Arc::new(desired)));
+    }
+
+    /// Tells the cluster's watchers `notice` (best effort, in the background: a slow cluster
+    /// never holds the tick).
+    pub(super) fn notify(&self, notice: ClusterNotice) {
+        let backend = self.backend.clone();
+        tokio::spawn(async move { backend.notify(&notice).await });
     }
 
     /// The commands issued in the cluster since the last call.

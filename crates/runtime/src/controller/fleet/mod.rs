@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_core::analysis::{Millis, Outcome};
 use flotilla_core::backend::{
-    BackendError, ClusterCommand, ClusterDesired, ClusterObserved, ClusterVerb, image_version,
-    missing,
+    BackendError, ClusterCommand, ClusterDesired, ClusterNotice, ClusterObserved, ClusterVerb,
+    image_version, missing,
 };
 use flotilla_core::fleet::{
     ClusterMeasurement, ClusterObservation, ClusterOutcome, Decision, FleetCommand, FleetMachine,
@@ -421,7 +421,11 @@ impl FleetController {
             };
             if let Some(command) = fleet_command {
                 fleet_commands.push(command);
-                operators.push_back((queued.operator.clone(), describe_command(&queued.command)));
+                operators.push_back((
+                    queued.operator.clone(),
+                    describe_command(&queued.command),
+                    None,
+                ));
                 continue;
             }
             let mut message = describe_command(&queued.command);
@@ -521,7 +525,7 @@ impl FleetController {
             // A command's entry says it as the operator gave it, with who gave it.
             match &event.decision {
                 Decision::CommandAccepted { .. } | Decision::CommandRefused { .. } => {
-                    if let Some((operator, said)) = operators.pop_front() {
+                    if let Some((operator, said, issued_in)) = operators.pop_front() {
                         entry.operator = Some(operator);
                         entry.message = match &event.decision {
                             Decision::CommandRefused { why, .. } => {
@@ -529,6 +533,21 @@ impl FleetController {
                             }
                             _ => said,
                         };
+                        // Refused where it was issued: said there too (an Event on the
+                        // cluster's Rollout), since that is where its issuer looks.
+                        if let (Decision::CommandRefused { .. }, Some(cluster)) =
+                            (&event.decision, issued_in)
+                            && let Some(handle) = self.clusters.get(&cluster)
+                        {
+                            handle.notify(ClusterNotice {
+                                warning: true,
+                                reason: "FleetCommandRefused".to_owned(),
+                                message: format!(
+                                    "fleet rollout {}: {}",
+                                    self.record.name, entry.message
+                                ),
+                            });
+                        }
                     }
                 }
                 _ => {}
@@ -599,7 +618,7 @@ impl FleetController {
     fn cluster_commands(
         &mut self,
         fleet_commands: &mut Vec<FleetCommand>,
-        operators: &mut std::collections::VecDeque<(String, String)>,
+        operators: &mut std::collections::VecDeque<(String, String, Option<String>)>,
     ) {
         let mut heard: Vec<(String, ClusterCommand)> = Vec::new();
         for (name, handle) in &self.clusters {
@@ -636,6 +655,7 @@ impl FleetController {
             operators.push_back((
                 format!("{cluster}: {}", command.origin),
                 format!("{said} (issued in cluster {cluster})"),
+                Some(cluster),
             ));
         }
     }

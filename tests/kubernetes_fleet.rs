@@ -926,7 +926,34 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
             assert!(shown.contains(expected), "{expected:?} not shown:\n{shown}");
         }
 
-        // promote: the pause is over, the next one is reached.
+        // pause (`spec.paused: true`): the cluster's update is paused by its operator, said in
+        // the audit log with the plugin as origin, and the status says "manually paused".
+        plugin(&["pause", "payments"]);
+        let paused = wait_rollout(
+            &cluster,
+            &serve,
+            "manually paused",
+            Duration::from_secs(30),
+            |r, _| r["status"]["message"] == "manually paused",
+        )
+        .await;
+        assert_eq!(paused["status"]["currentStepIndex"], 1);
+        let history = serve.client().history("payments").await.unwrap();
+        let pause = history
+            .iter()
+            .find(|e| e.message.starts_with("pause cluster-0"))
+            .unwrap_or_else(|| panic!("no pause in {history:#?}"));
+        assert_eq!(
+            pause.message,
+            "pause cluster-0 (issued in cluster cluster-0)"
+        );
+        assert_eq!(
+            pause.operator.as_deref(),
+            Some("cluster-0: kubectl-argo-rollouts (Rollout spec.paused)")
+        );
+
+        // promote: unpaused (`spec.paused: false`, a resume), the pause step is over, the next
+        // one is reached.
         plugin(&["promote", "payments"]);
         wait_rollout(
             &cluster,
@@ -940,6 +967,13 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
         .await;
         let shown = plugin(&["get", "rollout", "payments"]);
         assert!(shown.contains("3/4"), "{shown}");
+        let history = serve.client().history("payments").await.unwrap();
+        assert!(
+            history
+                .iter()
+                .any(|e| e.message == "resume cluster-0 (issued in cluster cluster-0)"),
+            "{history:#?}"
+        );
 
         // abort, issued while Flotilla is down (killed): heard once it is back, told apart from
         // its own last write by what the Rollout remembers of it. The canary goes to zero, the
@@ -971,6 +1005,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
                 status_of(v, "cluster-0") == "RolledBack"
             })
             .await;
+
         let history =
             serde_json::to_string(&serve.client().history("payments").await.unwrap()).unwrap();
         assert!(
@@ -987,6 +1022,56 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
             r["status"]
         );
 
+        // restart (`spec.restartAt`): each Pod of the Rollout older than it is evicted, one at
+        // a time (3 replicas: maxUnavailable 25% is 0, so one), the ReplicaSet makes a new one,
+        // and the status says `restartedAt` once none is left.
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(env.cluster(0).client().await.unwrap(), "default");
+        let before: Vec<String> = pods
+            .list(&ListParams::default().labels("app=payments"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert_eq!(before.len(), 3, "{before:?}");
+        // Times have whole seconds, and a Pod created in restartAt's second counts as restarted
+        // (as Argo counts it): the Pods the abort just made are given a second to be older.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        plugin(&["restart", "payments"]);
+        let restarted = wait_rollout(
+            &cluster,
+            &serve,
+            "restarted",
+            Duration::from_secs(90),
+            |r, sets| {
+                r["status"]["restartedAt"].is_string()
+                    && r["status"]["restartedAt"] == r["spec"]["restartAt"]
+                    && sets.get(&h1) == Some(&(3, 3))
+            },
+        )
+        .await;
+        let at = restarted["spec"]["restartAt"].as_str().unwrap().to_owned();
+        let after = pods
+            .list(&ListParams::default().labels("app=payments"))
+            .await
+            .unwrap()
+            .items;
+        let live: Vec<_> = after
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        assert_eq!(live.len(), 3, "{after:#?}");
+        for pod in live {
+            let name = pod.metadata.name.clone().unwrap();
+            assert!(!before.contains(&name), "{name} was not restarted");
+            let created = pod.metadata.creation_timestamp.as_ref().unwrap().0;
+            assert!(
+                created.to_string() >= at,
+                "{name} created {created} before {at}"
+            );
+        }
         // Argo drove its own Rollout and never wrote Flotilla's; Flotilla never wrote Argo's.
         let deadline = Instant::now() + Duration::from_secs(60);
         let other = loop {
@@ -1459,7 +1544,11 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
         clusters[0]
             .wait_event("Normal RolloutCompleted", Duration::from_secs(10))
             .await;
-        assert!(!serve.log().contains("cannot post an Event"), "{}", serve.log());
+        assert!(
+            !serve.log().contains("cannot post an Event"),
+            "{}",
+            serve.log()
+        );
         let view = serve
             .wait_for(
                 "cluster-1's missing permission named",

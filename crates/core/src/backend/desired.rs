@@ -67,6 +67,9 @@ pub struct DesiredProgress {
     pub promote_full: bool,
     /// Whether the progress deadline was exceeded.
     pub deadline_exceeded: bool,
+    /// Whether an operator paused the rollout (`spec.paused`, `kubectl argo rollouts pause`).
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// A mirror route in effect.
@@ -168,6 +171,7 @@ impl ClusterDesired {
                 controller_pause: state.controller_pause,
                 promote_full: state.promote_full,
                 deadline_exceeded: state.deadline_exceeded,
+                paused: state.paused,
             },
             runs: Vec::new(),
             rollout: None,

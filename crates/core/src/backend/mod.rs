@@ -191,6 +191,10 @@ pub enum ClusterVerb {
     },
     /// Retry the failed clusters.
     Retry,
+    /// Pause this cluster's update where it stands (`spec.paused: true`).
+    Pause,
+    /// Resume this cluster's update (`spec.paused` back to false).
+    Resume,
 }
 
 /// What the controller tells the people watching one cluster, where they look there (an Event

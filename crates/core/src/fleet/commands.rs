@@ -28,6 +28,17 @@ pub enum FleetCommand {
     },
     /// Retry the failed clusters (lifting their rejection for this revision).
     Retry,
+    /// Pause one cluster's update where it stands (its step, weights and analysis stay), as
+    /// Argo's `spec.paused`.
+    PauseCluster {
+        /// The cluster.
+        cluster: String,
+    },
+    /// Resume one cluster's update paused by [`FleetCommand::PauseCluster`].
+    ResumeCluster {
+        /// The cluster.
+        cluster: String,
+    },
 }
 
 /// The cluster a command names, if one.
@@ -35,6 +46,9 @@ pub(super) fn command_cluster(command: &FleetCommand) -> Option<&str> {
     match command {
         FleetCommand::Promote { cluster, .. } | FleetCommand::Abort { cluster } => {
             cluster.as_deref()
+        }
+        FleetCommand::PauseCluster { cluster } | FleetCommand::ResumeCluster { cluster } => {
+            Some(cluster)
         }
         _ => None,
     }
@@ -48,6 +62,8 @@ pub(super) fn describe(command: &FleetCommand) -> String {
         FleetCommand::Retry => "retry".into(),
         FleetCommand::Abort { cluster: None } => "abort".into(),
         FleetCommand::Abort { cluster: Some(c) } => format!("abort {c}"),
+        FleetCommand::PauseCluster { cluster } => format!("pause {cluster}"),
+        FleetCommand::ResumeCluster { cluster } => format!("resume {cluster}"),
         FleetCommand::Promote {
             wave,
             full,

@@ -114,27 +114,83 @@ pub fn remembering(prev: &Value, next: &Value) -> String {
 
 /// Who patched the status last, from `managedFields` (the latest entry on the `status`
 /// subresource that is not Flotilla's), as `kubectl-argo-rollouts (status)`.
+/// The pause or resume `spec.paused` asks for, against whether the engine's update is paused by
+/// an operator (`engine_paused`): `kubectl argo rollouts pause` sets it, its `promote` clears
+/// it. Level-triggered, one id per spec generation: a pause given while the cluster is not in
+/// flight is refused once (it is not given again until the spec changes).
+pub fn spec_pause(rollout: &Value, engine_paused: bool) -> Option<ClusterCommand> {
+    let paused = rollout["spec"]["paused"].as_bool().unwrap_or(false);
+    if paused == engine_paused {
+        return None;
+    }
+    let generation = rollout["metadata"]["generation"].as_i64().unwrap_or(0);
+    let (verb, what) = if paused {
+        (ClusterVerb::Pause, "pause")
+    } else {
+        (ClusterVerb::Resume, "resume")
+    };
+    let manager = latest_manager(rollout, |f| f["fieldsV1"]["f:spec"]["f:paused"].is_object());
+    Some(ClusterCommand {
+        id: format!("generation-{generation}/{what}"),
+        origin: format!("{} (Rollout spec.paused)", manager.unwrap_or("an operator")),
+        verb,
+    })
+}
+
 fn origin(rollout: &Value) -> String {
-    let fields = rollout["metadata"]["managedFields"].as_array();
-    let manager = fields.and_then(|all| {
-        all.iter()
-            .filter(|f| f["subresource"] == "status" || f["fieldsV1"]["f:status"].is_object())
-            .filter(|f| f["manager"] != super::objects::FIELD_MANAGER)
-            .max_by(|a, b| {
-                a["time"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .cmp(b["time"].as_str().unwrap_or_default())
-            })
-            .and_then(|f| f["manager"].as_str())
+    let manager = latest_manager(rollout, |f| {
+        f["subresource"] == "status" || f["fieldsV1"]["f:status"].is_object()
     });
     format!("{} (Rollout status)", manager.unwrap_or("an operator"))
+}
+
+/// The field manager other than Flotilla that last wrote an entry of `managedFields` that
+/// `wrote` selects.
+fn latest_manager(rollout: &Value, wrote: impl Fn(&Value) -> bool) -> Option<&str> {
+    rollout["metadata"]["managedFields"]
+        .as_array()?
+        .iter()
+        .filter(|f| wrote(f))
+        .filter(|f| f["manager"] != super::objects::FIELD_MANAGER)
+        .max_by(|a, b| {
+            a["time"]
+                .as_str()
+                .unwrap_or_default()
+                .cmp(b["time"].as_str().unwrap_or_default())
+        })
+        .and_then(|f| f["manager"].as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn spec_paused_is_a_pause_until_the_engine_is_paused_and_cleared_a_resume() {
+        let rollout = |paused: Option<bool>| {
+            json!({
+                "metadata": {"generation": 7, "managedFields": [
+                    {"manager": "argocd-controller", "fieldsV1": {"f:spec": {"f:template": {}}}, "time": "2026-01-01T00:00:01Z"},
+                    {"manager": "kubectl-argo-rollouts", "fieldsV1": {"f:spec": {"f:paused": {}}}, "time": "2026-01-01T00:00:05Z"},
+                ]},
+                "spec": {"paused": paused},
+            })
+        };
+        let pause = spec_pause(&rollout(Some(true)), false).unwrap();
+        assert_eq!(pause.verb, ClusterVerb::Pause);
+        assert_eq!(pause.id, "generation-7/pause");
+        assert_eq!(pause.origin, "kubectl-argo-rollouts (Rollout spec.paused)");
+        assert_eq!(spec_pause(&rollout(Some(true)), true), None);
+        assert_eq!(spec_pause(&rollout(Some(false)), false), None);
+        assert_eq!(spec_pause(&rollout(None), false), None);
+        let resume = spec_pause(&rollout(Some(false)), true).unwrap();
+        assert_eq!(resume.verb, ClusterVerb::Resume);
+        assert_eq!(
+            spec_pause(&rollout(None), true).unwrap().verb,
+            ClusterVerb::Resume
+        );
+    }
 
     fn read(status: Value) -> Value {
         json!({

@@ -22,6 +22,7 @@ pub mod clients;
 pub mod commands;
 pub mod events;
 pub mod objects;
+pub mod restart;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -39,8 +40,10 @@ use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
 use flotilla_core::time::Millis;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Event, Service};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use kube::api::{
+    Api, ApiResource, DynamicObject, EvictParams, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
@@ -626,8 +629,15 @@ impl KubeBackend {
             .and_then(|hash| sets.get(hash))
             .and_then(first_image)
             .map(|image| image_version(&image));
+        let restarted = match restart::due(&rollout, (self.clock)()) {
+            Some((text, at)) => self
+                .restart(&client, &rollout, &sets, at)
+                .await?
+                .then_some(text),
+            None => None,
+        };
         if !desired.revisions.is_empty() {
-            self.report(&client, &rollout, desired, &hashes, &counts)
+            self.report(&client, &rollout, desired, &hashes, &counts, restarted)
                 .await?;
         }
         Ok(ClusterObserved {
@@ -637,6 +647,69 @@ impl KubeBackend {
             rollout: (self.source == RolloutSource::Cluster)
                 .then(|| objects::held_rollout(&rollout)),
         })
+    }
+
+    /// One pass of `spec.restartAt` ([`restart`]): evicts the Rollout's Pods created before `at`
+    /// that may go now; true once none is left (the status then says `restartedAt`).
+    async fn restart(
+        &self,
+        client: &kube::Client,
+        rollout: &Value,
+        sets: &BTreeMap<String, ReplicaSet>,
+        at: Millis,
+    ) -> Result<bool, BackendError> {
+        let owners: Vec<&str> = sets
+            .values()
+            .filter_map(|rs| rs.metadata.uid.as_deref())
+            .collect();
+        let api: Api<Pod> = Api::namespaced(client.clone(), self.namespace());
+        let list = api
+            .list(&ListParams::default().labels(&objects::replica_set_selector(rollout)))
+            .await
+            .map_err(|e| self.fail("list", "pods", e))?;
+        let now = (self.clock)();
+        let min_ready = rollout["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        let pods: Vec<restart::PodFacts> = list
+            .items
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| owners.contains(&o.uid.as_str()))
+            })
+            .map(|pod| {
+                restart::facts(
+                    &serde_json::to_value(pod).unwrap_or_default(),
+                    min_ready,
+                    now,
+                )
+            })
+            .collect();
+        let total: i64 = sets
+            .values()
+            .map(|rs| i64::from(rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)))
+            .sum();
+        let replicas = rollout["spec"]["replicas"].as_i64().unwrap_or(1);
+        let (evict, remaining) = restart::plan(
+            &pods,
+            at,
+            replicas,
+            total,
+            restart::max_unavailable(rollout),
+        );
+        for name in &evict {
+            match api.evict(name, &EvictParams::default()).await {
+                Ok(_) => {
+                    tracing::info!(cluster = %self.cluster, pod = %name, "restart: evicted a Pod older than spec.restartAt");
+                }
+                // A disruption budget says not now, or it is gone already: the next poll.
+                Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {}
+                Err(e) => return Err(self.fail("create", "pods/eviction", e)),
+            }
+        }
+        Ok(remaining == 0)
     }
 
     /// Writes each analysis run as an AnalysisRun object (created, then merge-patched when it
@@ -746,6 +819,7 @@ impl KubeBackend {
         desired: &ClusterDesired,
         hashes: &BTreeMap<RevisionNumber, String>,
         counts: &BTreeMap<String, ReplicaCounts>,
+        restarted: Option<String>,
     ) -> Result<(), BackendError> {
         let progress = serde_json::to_value(&desired.progress).unwrap_or_default();
         {
@@ -755,6 +829,10 @@ impl KubeBackend {
                 memory.written = commands::recalled(rollout);
             }
             let issued = commands::issued_among(rollout, &memory.written);
+            // `spec.paused` (the plugin's pause, its promote's unpause): heard once per spec
+            // generation; the status is not left in place for it.
+            let paused = commands::spec_pause(rollout, desired.progress.paused);
+            memory.commands.extend(paused);
             if !issued.is_empty() {
                 memory.commands.extend(issued);
                 memory.hold = Some((progress.clone(), Instant::now()));
@@ -788,6 +866,9 @@ impl KubeBackend {
             }
         };
         status::add_run_statuses(&mut wanted, rollout, desired, &runs);
+        if let Some(at) = restarted {
+            wanted["restartedAt"] = json!(at);
+        }
         let current = &rollout["status"];
         if status::holds(current, &wanted) {
             self.memory.lock().expect("memory lock").written = vec![wanted];

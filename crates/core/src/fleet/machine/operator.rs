@@ -224,6 +224,24 @@ impl FleetMachine {
                     Ok("abort: every cluster in flight returns to its stable".into())
                 }
             },
+            FleetCommand::PauseCluster { cluster: name } => {
+                let state = self.in_flight(name, "paused")?;
+                if state.rollout.paused {
+                    return Err(format!("{name} is paused already"));
+                }
+                state.pending.push(Command::Pause);
+                Ok(format!(
+                    "pause {name}: its update stays where it stands (step, weights, analysis) until resumed"
+                ))
+            }
+            FleetCommand::ResumeCluster { cluster: name } => {
+                let state = self.in_flight(name, "resumed")?;
+                if !state.rollout.paused {
+                    return Err(format!("{name} is not paused by an operator"));
+                }
+                state.pending.push(Command::Resume);
+                Ok(format!("resume {name}: its update goes on"))
+            }
             FleetCommand::Retry => {
                 let revision = self.state.revision.clone();
                 let mut retried = Vec::new();
@@ -291,6 +309,31 @@ impl FleetMachine {
                 self.reopen_waves();
                 Ok(format!("retry: {}", retried.join(", ")))
             }
+        }
+    }
+}
+
+impl FleetMachine {
+    /// The state of cluster `name` when its update is in flight (progressing or paused), else
+    /// why it cannot be `what` (its wave not started, or done with this revision).
+    fn in_flight(
+        &mut self,
+        name: &str,
+        what: &str,
+    ) -> Result<&mut crate::fleet::state::ClusterState, String> {
+        let wave = self.plan.wave_of(name).map_or(0, |w| w + 1);
+        let fleet_wave = self.state.wave + 1;
+        let Some(state) = self.state.clusters.get_mut(name) else {
+            return Err(format!("there is no cluster {name:?} in the fleet"));
+        };
+        match state.status {
+            ClusterStatus::Progressing | ClusterStatus::Paused => Ok(state),
+            ClusterStatus::NotStarted => Err(format!(
+                "{name} is held by its wave: wave {wave} has not started (the fleet is at wave {fleet_wave}); only an update in flight can be {what}"
+            )),
+            other => Err(format!(
+                "{name} is {other:?}: only an update in flight can be {what}"
+            )),
         }
     }
 }

@@ -649,6 +649,18 @@ impl FleetController {
                     format!("promote {cluster}{}", if full { " --full" } else { "" }),
                 ),
                 ClusterVerb::Retry => (FleetCommand::Retry, "retry".to_owned()),
+                ClusterVerb::Pause => (
+                    FleetCommand::PauseCluster {
+                        cluster: cluster.clone(),
+                    },
+                    format!("pause {cluster}"),
+                ),
+                ClusterVerb::Resume => (
+                    FleetCommand::ResumeCluster {
+                        cluster: cluster.clone(),
+                    },
+                    format!("resume {cluster}"),
+                ),
             };
             tracing::info!(fleet = %self.record.name, %cluster, origin = %command.origin, "{said}: issued in the cluster");
             fleet_commands.push(fleet_command);

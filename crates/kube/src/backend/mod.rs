@@ -86,6 +86,8 @@ struct Memory {
     events: u64,
     /// Whether a refused Event was logged already (said once, at warn).
     events_refused: bool,
+    /// Whether old AnalysisRuns were collected since the last one was created.
+    runs_collected: bool,
 }
 
 /// The Rollout kind.
@@ -712,6 +714,58 @@ impl KubeBackend {
         Ok(remaining == 0)
     }
 
+    /// Deletes the Rollout's old AnalysisRuns beyond its history limits
+    /// ([`objects::runs_to_delete`]), once after each new one is created.
+    async fn collect_runs(
+        &self,
+        client: &kube::Client,
+        rollout: &Value,
+        keep: &std::collections::BTreeSet<String>,
+        hashes: &std::collections::BTreeSet<String>,
+    ) -> Result<(), BackendError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), self.namespace(), &analysis_run_resource());
+        let uid = rollout["metadata"]["uid"].as_str().unwrap_or_default();
+        let list = api
+            .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={INSTANCE}")))
+            .await
+            .map_err(|e| self.fail("list", "analysisruns.argoproj.io", e))?;
+        let owned: Vec<Value> = list
+            .items
+            .into_iter()
+            .filter(|run| {
+                run.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid)
+            })
+            .map(|run| serde_json::to_value(run).unwrap_or_default())
+            .collect();
+        let limit = |field: &str| {
+            rollout["spec"]["analysis"][field]
+                .as_u64()
+                .map_or(5, |n| n as usize)
+        };
+        for name in objects::runs_to_delete(
+            &owned,
+            keep,
+            hashes,
+            limit("successfulRunHistoryLimit"),
+            limit("unsuccessfulRunHistoryLimit"),
+        ) {
+            match api.delete(&name, &Default::default()).await {
+                Ok(_) => {
+                    tracing::debug!(cluster = %self.cluster, run = %name, "deleted an old AnalysisRun");
+                    self.memory.lock().expect("memory lock").runs.remove(&name);
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(self.fail("delete", "analysisruns.argoproj.io", e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Writes each analysis run as an AnalysisRun object (created, then merge-patched when it
     /// changes: AnalysisRuns have no status subresource), and returns each run's object name.
     async fn write_runs(
@@ -747,7 +801,10 @@ impl KubeBackend {
                         message: e.to_string(),
                     })?;
                 match api.create(&post_params(), &create).await {
-                    Ok(_) => true,
+                    Ok(_) => {
+                        self.memory.lock().expect("memory lock").runs_collected = false;
+                        true
+                    }
                     Err(kube::Error::Api(status)) if status.code == 409 => false,
                     Err(e) => return Err(self.fail("create", "analysisruns.argoproj.io", e)),
                 }
@@ -866,6 +923,19 @@ impl KubeBackend {
             }
         };
         status::add_run_statuses(&mut wanted, rollout, desired, &runs);
+        let collect = !runs.is_empty()
+            && !std::mem::replace(
+                &mut self.memory.lock().expect("memory lock").runs_collected,
+                true,
+            );
+        if collect {
+            let keep = runs.iter().map(|(_, name)| name.clone()).collect();
+            let hashes = counts.keys().cloned().collect();
+            if let Err(error) = self.collect_runs(client, rollout, &keep, &hashes).await {
+                tracing::warn!(cluster = %self.cluster, %error, "cannot delete old AnalysisRuns");
+                self.memory.lock().expect("memory lock").runs_collected = false;
+            }
+        }
         if let Some(at) = restarted {
             wanted["restartedAt"] = json!(at);
         }

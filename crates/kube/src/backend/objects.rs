@@ -242,6 +242,68 @@ pub fn analysis_run(rollout: &Value, run: &DesiredRun, hash: &str) -> (String, V
     (run_name, object)
 }
 
+/// The AnalysisRuns to delete among `runs` (the Rollout's, as read), as Argo's
+/// `FilterAnalysisRunsToDelete` picks them: newest first, the current ones (`keep`) and those
+/// still running are left alone, runs without the hash label or of a hash no ReplicaSet has
+/// (`hashes`) go, and of the rest only the newest `successful` Successful and `unsuccessful`
+/// Failed, Error or Inconclusive ones stay (the Rollout's `spec.analysis.successfulRunHistoryLimit`
+/// and `unsuccessfulRunHistoryLimit`, 5 each by default).
+pub fn runs_to_delete(
+    runs: &[Value],
+    keep: &std::collections::BTreeSet<String>,
+    hashes: &std::collections::BTreeSet<String>,
+    successful: usize,
+    unsuccessful: usize,
+) -> Vec<String> {
+    let mut runs: Vec<&Value> = runs
+        .iter()
+        .filter(|r| {
+            let name = r["metadata"]["name"].as_str().unwrap_or_default();
+            !keep.contains(name) && r["metadata"]["deletionTimestamp"].is_null()
+        })
+        .collect();
+    // Newest first (RFC 3339 in UTC sorts as text); the name breaks ties.
+    runs.sort_by(|a, b| {
+        let key = |r: &Value| {
+            (
+                r["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                r["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        };
+        key(b).cmp(&key(a))
+    });
+    let (mut ok, mut bad) = (0, 0);
+    let mut out = Vec::new();
+    for run in runs {
+        let name = run["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let hash = run["metadata"]["labels"][HASH_LABEL].as_str();
+        if hash.is_none_or(|h| !hashes.contains(h)) {
+            out.push(name);
+            continue;
+        }
+        let (count, limit) = match run["status"]["phase"].as_str() {
+            Some("Successful") => (&mut ok, successful),
+            Some("Failed" | "Error" | "Inconclusive") => (&mut bad, unsuccessful),
+            _ => continue,
+        };
+        if *count < limit {
+            *count += 1;
+        } else {
+            out.push(name);
+        }
+    }
+    out
+}
+
 /// The Rollout as the cluster holds it, reduced to what its owner (Argo CD, Flux) decides:
 /// `apiVersion`, `kind`, `metadata` (name, namespace, labels, annotations but the last applied
 /// configuration) and `spec` (`rolloutSource: cluster`).
@@ -284,6 +346,40 @@ pub fn apply_conflict(message: &str) -> (String, String) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn old_analysis_runs_go_as_argo_keeps_them() {
+        let run = |name: &str, created: &str, hash: Option<&str>, phase: &str| {
+            json!({
+                "metadata": {"name": name, "creationTimestamp": created, "labels": {HASH_LABEL: hash}},
+                "status": {"phase": phase},
+            })
+        };
+        let runs = [
+            run("r1", "2026-01-01T00:00:01Z", Some("a"), "Successful"),
+            run("r2", "2026-01-01T00:00:02Z", Some("a"), "Successful"),
+            run("r3", "2026-01-01T00:00:03Z", Some("b"), "Successful"),
+            run("f1", "2026-01-01T00:00:04Z", Some("b"), "Failed"),
+            run("f2", "2026-01-01T00:00:05Z", Some("b"), "Error"),
+            run("run", "2026-01-01T00:00:06Z", Some("b"), "Running"),
+            run("gone", "2026-01-01T00:00:07Z", Some("z"), "Successful"),
+            run("bare", "2026-01-01T00:00:08Z", None, "Successful"),
+            run("now", "2026-01-01T00:00:09Z", Some("b"), "Successful"),
+        ];
+        let keep = std::collections::BTreeSet::from(["now".to_owned()]);
+        let hashes = std::collections::BTreeSet::from(["a".to_owned(), "b".to_owned()]);
+        // Two of each kind kept: r3, r2 and f2, f1; r1 goes; no ReplicaSet for z, no hash label.
+        assert_eq!(
+            runs_to_delete(&runs, &keep, &hashes, 2, 2),
+            ["bare", "gone", "r1"]
+        );
+        // One unsuccessful kept: f1 goes too.
+        assert_eq!(
+            runs_to_delete(&runs, &keep, &hashes, 5, 1),
+            ["bare", "gone", "f1"]
+        );
+    }
+
     use super::*;
 
     fn rollout() -> Value {

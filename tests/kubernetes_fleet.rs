@@ -1750,3 +1750,118 @@ fn a_lockstep_wave_needs_the_same_steps_in_every_cluster() {
         assert_ne!(code, 2, "{out}");
     });
 }
+
+/// `flotilla crds`: the CustomResourceDefinitions of Fleet and FleetRollout, installed in a real
+/// API server beside Argo's, which takes them as structural schemas; the shipped examples then
+/// apply under strict field validation, and a misspelt field or a wrong type is refused by the
+/// API server, naming the field.
+#[test]
+fn flotillas_crds_install_and_validate_fleets_and_fleet_rollouts() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let output = flotilla().arg("crds").output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut crds = argo_rollouts_crds().expect("Argo Rollouts' CRDs");
+    for (i, document) in text
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .enumerate()
+    {
+        let path = dir.path().join(format!("flotilla-{i}.yaml"));
+        std::fs::write(&path, document).unwrap();
+        crds.push(path);
+    }
+    assert_eq!(
+        crds.iter().filter(|p| p.starts_with(dir.path())).count(),
+        2,
+        "{text}"
+    );
+    let env = TestEnv::start(&Options {
+        clusters: 1,
+        nodes: 1,
+        crds,
+        ..Options::default()
+    })
+    .expect("the test environment starts with Flotilla's CRDs");
+    let runtime = runtime();
+    runtime.block_on(async {
+        let client = env.cluster(0).client().await.unwrap();
+        let api = |kind: &str| -> Api<DynamicObject> {
+            Api::namespaced_with(
+                client.clone(),
+                "default",
+                &ApiResource::from_gvk(&GroupVersionKind::gvk("flotilla.dev", "v1alpha1", kind)),
+            )
+        };
+        let apply = |object: Value| {
+            let kind = object["kind"].as_str().unwrap().to_owned();
+            let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+            let api = api(&kind);
+            async move {
+                api.patch(
+                    &name,
+                    &kube::api::PatchParams::apply("test").validation_strict(),
+                    &kube::api::Patch::Apply(&object),
+                )
+                .await
+            }
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut applied = 0;
+        for file in [
+            "examples/fleet/fleet.yaml",
+            "examples/fleet/fleet-rollout.yaml",
+        ] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            for object in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+                if object["apiVersion"] != "flotilla.dev/v1alpha1" {
+                    continue;
+                }
+                apply(object.clone()).await.unwrap_or_else(|e| {
+                    panic!("{file}: {} refused: {e}", object["metadata"]["name"])
+                });
+                applied += 1;
+            }
+        }
+        assert!(applied >= 2, "the examples hold a Fleet and a FleetRollout");
+        let stored = api("FleetRollout").get("payment-api").await.unwrap();
+        let stored = serde_json::to_value(stored).unwrap();
+        assert_eq!(
+            stored["spec"]["waves"]["list"][0]["cluster"],
+            "canary-eu-west"
+        );
+        assert_eq!(stored["spec"]["bakeTime"], "2m");
+
+        let bad = |spec: Value| {
+            json!({
+                "apiVersion": "flotilla.dev/v1alpha1",
+                "kind": "FleetRollout",
+                "metadata": {"name": "bad", "namespace": "default"},
+                "spec": spec,
+            })
+        };
+        let misspelt = apply(bad(json!({
+            "fleet": "payments", "rollout": "payment-api",
+            "waves": {"list": [{"cluster": "a", "wave": 1}]},
+            "bakeTimee": "2m",
+        })))
+        .await
+        .expect_err("a misspelt field is refused");
+        assert!(misspelt.to_string().contains("bakeTimee"), "{misspelt}");
+        let wrong = apply(bad(json!({
+            "fleet": "payments", "rollout": "payment-api",
+            "waves": {"list": [{"cluster": "a", "wave": "first"}]},
+        })))
+        .await
+        .expect_err("a wave that is not a number is refused");
+        assert!(
+            wrong.to_string().contains("spec.waves.list[0].wave"),
+            "{wrong}"
+        );
+        let missing = apply(bad(json!({"fleet": "payments"})))
+            .await
+            .expect_err("a FleetRollout without its rollout is refused");
+        assert!(missing.to_string().contains("spec.rollout"), "{missing}");
+    });
+}

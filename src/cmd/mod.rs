@@ -44,6 +44,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Seed 000's story on this machine: four local clusters, three waves, live view, summary.
     Demo(demo::DemoArgs),
+    /// Print the CustomResourceDefinitions of Flotilla's own kinds (Fleet, FleetRollout) as YAML,
+    /// for `kubectl apply -f -`. Argo's kinds use Argo's CRDs, from Argo's release.
+    Crds,
     #[command(flatten)]
     Ctl(ctl::Verb),
 }
@@ -59,6 +62,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::DemoApp(args) => demo_app::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Crds => {
+            use std::io::Write;
+            std::io::stdout()
+                .lock()
+                .write_all(flotilla_runtime::controller::backends::crds_yaml().as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Ctl(verb) => ctl::run(verb, cli.server),
     }
 }

@@ -35,6 +35,20 @@ pub enum Duration {
     Templated(String),
 }
 
+impl schemars::JsonSchema for Duration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    /// A Go-style duration string (`30s`, `5m`, `1h30m`, `500ms`) or a number of seconds.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A Go-style duration (`30s`, `5m`, `1h30m`, `500ms`) or a number of seconds.",
+            "x-kubernetes-int-or-string": true
+        })
+    }
+}
+
 impl Duration {
     /// A duration of whole seconds.
     pub const fn from_secs(secs: u64) -> Self {
@@ -239,6 +253,20 @@ pub enum IntOrPercent {
     Int(i64),
     /// A percentage of a total, 0..=100 or more where the field allows it.
     Percent(i64),
+}
+
+impl schemars::JsonSchema for IntOrPercent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "IntOrPercent".into()
+    }
+
+    /// A count, or a percentage written `"25%"`.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A count, or a percentage written \"25%\".",
+            "x-kubernetes-int-or-string": true
+        })
+    }
 }
 
 impl IntOrPercent {

@@ -28,7 +28,7 @@ pub struct Fleet {
 }
 
 /// The clusters of a fleet.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FleetSpec {
     /// Every cluster of the fleet; names are unique.
@@ -37,7 +37,7 @@ pub struct FleetSpec {
 }
 
 /// One cluster: its identity, labels, and endpoints.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Cluster {
     /// Unique name; reaches analysis as the `cluster` argument.
@@ -57,7 +57,7 @@ pub struct Cluster {
 }
 
 /// How the controller reaches a cluster's data plane. Exactly one field is set.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterEndpoint {
     /// The control API of a Flotilla agent (`http://127.0.0.1:7101`).
@@ -70,7 +70,7 @@ pub struct ClusterEndpoint {
 
 /// A Kubernetes API endpoint: how to reach the cluster's API server (a kubeconfig and one of
 /// its contexts, as `kubectl` would) and where the Rollout lives.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubernetesEndpoint {
     /// A kubeconfig file (relative paths from the controller's working directory; default: what
@@ -93,7 +93,9 @@ pub struct KubernetesEndpoint {
 }
 
 /// Who owns a Kubernetes cluster's Rollout `spec`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum RolloutSource {
     /// Whoever applied it (Argo CD, Flux): Flotilla writes only its status and the objects it
@@ -112,7 +114,7 @@ impl KubernetesEndpoint {
 }
 
 /// A cluster's metrics provider.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MetricsEndpoint {
     /// Provider address, e.g. a Prometheus at `http://127.0.0.1:9090`.
@@ -135,7 +137,7 @@ pub struct FleetRollout {
 }
 
 /// The desired behaviour of a FleetRollout.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FleetRolloutSpec {
     /// The Fleet's `metadata.name`.
@@ -166,7 +168,7 @@ pub struct FleetRolloutSpec {
 }
 
 /// Wave membership: an explicit list, or ordered label-selector steps. Exactly one is set.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaveSelection {
     /// List generator: each cluster with its wave number (waves run in ascending order).
@@ -184,7 +186,7 @@ pub struct WaveSelection {
 }
 
 /// One cluster's place in a list-generated wave layout.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaveElement {
     /// The cluster's name in the Fleet.
@@ -194,7 +196,7 @@ pub struct WaveElement {
 }
 
 /// One label-selected wave.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaveStep {
     /// Labels a cluster must all have.
@@ -213,7 +215,7 @@ pub struct WaveStep {
 }
 
 /// A label selector requirement, as Kubernetes and ApplicationSet write it.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LabelSelectorRequirement {
     /// The label key.
@@ -226,7 +228,9 @@ pub struct LabelSelectorRequirement {
 }
 
 /// A label selector operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub enum SelectorOperator {
     /// The label's value is one of the values.
     #[default]
@@ -374,7 +378,7 @@ impl LabelSelectorRequirement {
 }
 
 /// An analysis run between waves, over the whole wave.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaveAnalysis {
     /// The templates to run.
@@ -385,7 +389,7 @@ pub struct WaveAnalysis {
 }
 
 /// Arguments that one cluster's analysis receives instead of the Rollout's.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterOverride {
     /// The cluster's name in the Fleet.
@@ -396,7 +400,7 @@ pub struct ClusterOverride {
 }
 
 /// What happens when clusters fail or cannot be reached.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FailurePolicy {
     /// Which clusters roll back when one fails (default `failed`).
@@ -414,7 +418,9 @@ pub struct FailurePolicy {
 }
 
 /// What a failed cluster does to the rest of its lockstep wave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum LockstepFailure {
     /// Every cluster of the wave returns to its stable at once and the fleet halts; only the
@@ -427,7 +433,9 @@ pub enum LockstepFailure {
 }
 
 /// Which clusters roll back when one fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum RollbackScope {
     /// Only the clusters whose analysis failed; validated clusters stay.
@@ -440,7 +448,7 @@ pub enum RollbackScope {
 }
 
 /// How long an unreachable cluster is retried, and what happens after.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UnreachablePolicy {
     /// How long to retry (with backoff) before acting (default 5m).
@@ -452,7 +460,9 @@ pub struct UnreachablePolicy {
 }
 
 /// What happens to a cluster unreachable past its timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum UnreachableAction {
     /// Halt the fleet.
@@ -463,7 +473,9 @@ pub enum UnreachableAction {
 }
 
 /// What a new fleet revision does to a rollout in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum NewRevisionPolicy {
     /// Abort in-flight canaries of the old revision, keep what was promoted, restart at wave 1.

@@ -161,6 +161,11 @@ pub async fn held_rollouts(
     out
 }
 
+/// The CustomResourceDefinitions of Flotilla's own kinds, as YAML (`flotilla crds`).
+pub fn crds_yaml() -> String {
+    flotilla_kube::crds::yaml()
+}
+
 /// What the backend of `cluster` can do, as `flotilla lint` checks a Rollout against it (None:
 /// a cluster without an endpoint).
 pub fn capabilities_of(cluster: &Cluster) -> Option<flotilla_core::backend::Capabilities> {

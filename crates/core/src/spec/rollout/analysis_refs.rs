@@ -68,7 +68,7 @@ impl RolloutAnalysisBackground {
 }
 
 /// A reference to an AnalysisTemplate or ClusterAnalysisTemplate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnalysisTemplateRef {
     /// Name of the template.
@@ -86,7 +86,7 @@ impl AnalysisTemplateRef {
 }
 
 /// An argument value passed from a Rollout to an AnalysisRun: `value` or `valueFrom` (lint checks).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnalysisRunArgument {
     /// Argument name, as the template declares it.
@@ -100,7 +100,7 @@ pub struct AnalysisRunArgument {
 }
 
 /// The source of a Rollout-side argument value: exactly one field (lint checks).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ArgumentValueFrom {
     /// The pod-template hash of the stable or latest ReplicaSet.
@@ -112,7 +112,7 @@ pub struct ArgumentValueFrom {
 }
 
 /// Which ReplicaSet's pod-template hash an argument takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum PodTemplateHashValue {
     /// The stable ReplicaSet's hash.
     Stable,
@@ -121,7 +121,7 @@ pub enum PodTemplateHashValue {
 }
 
 /// A path to a field of the Rollout (`metadata.labels['x']`, `spec.replicas`, …).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FieldRef {
     /// The field path.

@@ -69,7 +69,15 @@ pub struct FleetRecord {
     /// releases, whose clusters were all taken as running the manifests).
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub adopting: std::collections::BTreeSet<String>,
+    /// The ids of the latest commands issued in clusters (`<cluster>/<id>`, at most
+    /// [`HEARD_KEPT`]) that a tick applied, persisted with it: a command heard again after a
+    /// restart (the cluster still shows the patch) is not applied twice.
+    #[serde(default, skip_serializing_if = "std::collections::VecDeque::is_empty")]
+    pub heard: std::collections::VecDeque<String>,
 }
+
+/// How many applied cluster-command ids a record keeps.
+pub const HEARD_KEPT: usize = 256;
 
 /// An operator command, as accepted by the API and queued durably until a tick applies it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

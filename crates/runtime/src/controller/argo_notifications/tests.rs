@@ -115,6 +115,7 @@ fn record(annotations: &[(&str, &str)]) -> FleetRecord {
         git_status: None,
         desired: Some(Box::new(desired)),
         adopting: Default::default(),
+        heard: Default::default(),
     }
 }
 

@@ -81,8 +81,6 @@ pub struct FleetController {
     /// Clusters whose backend refused their desired state (forbidden, invalid), with the
     /// condition said in the audit log once.
     refused: BTreeMap<String, String>,
-    /// Commands issued in clusters, by id, already applied (one heard twice is applied once).
-    heard: std::collections::BTreeSet<String>,
     /// Errors of the latest desired state the source gave (the fleet runs its last valid one).
     invalid: Vec<String>,
     /// Clusters being repaired (held until an observation matches what was decided).
@@ -153,6 +151,7 @@ impl FleetController {
                     git_status: None,
                     desired: None,
                     adopting: plan.clusters.keys().cloned().collect(),
+                    heard: Default::default(),
                 },
                 false,
             ),
@@ -232,7 +231,6 @@ impl FleetController {
             stale_after: (tick * 3).max(Duration::from_secs(3)),
             observed: BTreeMap::new(),
             refused: BTreeMap::new(),
-            heard: Default::default(),
             invalid: Vec::new(),
             repairing: Default::default(),
             pending: Default::default(),
@@ -630,8 +628,15 @@ impl FleetController {
             );
         }
         for (cluster, command) in heard {
-            if !self.heard.insert(format!("{cluster}/{}", command.id)) {
+            // Applied once, also across a restart: the ids go into the record this tick
+            // persists.
+            let id = format!("{cluster}/{}", command.id);
+            if self.record.heard.contains(&id) {
                 continue;
+            }
+            self.record.heard.push_back(id);
+            while self.record.heard.len() > super::record::HEARD_KEPT {
+                self.record.heard.pop_front();
             }
             let (fleet_command, said) = match command.verb {
                 ClusterVerb::Abort => (

@@ -426,6 +426,33 @@ spec:
                 .contains("abort east (issued in cluster east)"),
             "{entry:?}"
         );
+
+        // Restarted from what the tick persisted, the cluster still shows the patch: heard
+        // again, not applied again.
+        assert_eq!(controller.record.heard.len(), 1);
+        let stored = controller.record.clone();
+        drop(controller);
+        let mut resumed = super::super::FleetController::new(
+            &desired_of(MANIFESTS),
+            Some(stored),
+            &wiring_with(behind(&fake)),
+        )
+        .unwrap();
+        fake.state.lock().unwrap().commands = vec![ClusterCommand {
+            id: "abort-1".into(),
+            origin: "kubectl argo rollouts abort (alice)".into(),
+            verb: ClusterVerb::Abort,
+        }];
+        let mut ticks = 0;
+        let audit = run(&mut resumed, &[], Duration::from_secs(10), |_| {
+            ticks += 1;
+            ticks > 10
+        })
+        .await;
+        assert!(
+            !audit.iter().any(|e| e.kind == AuditKind::Command),
+            "applied again after a restart: {audit:#?}"
+        );
     }
 
     /// The manifests' Rollout as a cluster holds it, with `image` and `steps` setWeight steps.

@@ -1865,3 +1865,129 @@ fn flotillas_crds_install_and_validate_fleets_and_fleet_rollouts() {
         assert!(missing.to_string().contains("spec.rollout"), "{missing}");
     });
 }
+
+/// A template's `valueFrom.secretKeyRef` is read in the cluster, from its Secret (as Argo reads
+/// it where the AnalysisRun runs), not from the controller's environment: a `web` metric sends
+/// the token the cluster's Secret holds, the step passes, and the AnalysisRun object written
+/// there carries the argument without its value.
+#[test]
+fn an_analysis_secret_is_read_in_the_cluster() {
+    let _one = one_at_a_time();
+    let env = start_env(1);
+    let dir = tempfile::tempdir().unwrap();
+    // The metric's endpoint: `{"ok": true}` only with the cluster's token.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let app = axum::Router::new().route(
+                    "/check",
+                    axum::routing::get(move |headers: axum::http::HeaderMap| {
+                        let seen = seen.clone();
+                        async move {
+                            let auth = headers
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned();
+                            let ok = auth == "Bearer s3cret-from-the-cluster";
+                            seen.lock().unwrap().push(auth);
+                            axum::Json(json!({"ok": ok}))
+                        }
+                    }),
+                );
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+    }
+    let steps = "        - setWeight: 50\n        - analysis:\n            templates: [{templateName: token-check}]\n";
+    let text = format!(
+        r#"{}---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: token-check}}
+spec:
+  args: [{{name: token, valueFrom: {{secretKeyRef: {{name: metrics-api, key: token}}}}}}]
+  metrics:
+    - name: authorised
+      count: 1
+      successCondition: result == true
+      provider:
+        web:
+          url: "http://{address}/check"
+          headers: [{{key: Authorization, value: "Bearer {{{{args.token}}}}"}}]
+          jsonPath: "{{$.ok}}"
+"#,
+        manifests(&env, None, steps)
+    );
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let h2 = argo_hash(V2);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(env.cluster(0).client().await.unwrap(), "default");
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": "metrics-api"},
+            "stringData": {"token": "s3cret-from-the-cluster"},
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 deployed", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        set_image(&serve, V2).await;
+        wait_rollout(
+            &cluster,
+            &serve,
+            "2.0 healthy after the analysis",
+            Duration::from_secs(90),
+            |r, sets| {
+                r["status"]["stableRS"] == h2.as_str()
+                    && r["status"]["phase"] == "Healthy"
+                    && sets.get(&h2) == Some(&(3, 3))
+            },
+        )
+        .await;
+        assert!(
+            seen.lock()
+                .unwrap()
+                .iter()
+                .any(|a| a == "Bearer s3cret-from-the-cluster"),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+        let runs = cluster.step_runs(&h2).await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(
+            runs[0]["status"]["phase"], "Successful",
+            "{}",
+            runs[0]["status"]
+        );
+        let written = runs[0].to_string();
+        assert!(
+            !written.contains("s3cret"),
+            "the secret's value was written: {written}"
+        );
+        assert!(
+            !serve.log().contains("s3cret"),
+            "the secret's value was logged"
+        );
+    });
+}

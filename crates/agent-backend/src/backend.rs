@@ -237,6 +237,7 @@ impl AgentBackend {
             }),
             serving,
             rollout: None,
+            secrets: Default::default(),
         })
     }
 }

@@ -116,6 +116,11 @@ pub struct ClusterDesired {
     /// (Kubernetes with `rolloutSource: flotilla`); filled by the runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<serde_json::Value>,
+    /// The Secrets (name, key) the cluster's analysis arguments read there
+    /// (`valueFrom.secretKeyRef`), for backends whose clusters hold Secrets (Kubernetes): their
+    /// values come back in [`super::ClusterObserved::secrets`]. Never sent anywhere.
+    #[serde(skip)]
+    pub secret_refs: std::collections::BTreeSet<(String, String)>,
 }
 
 impl ClusterDesired {
@@ -175,6 +180,7 @@ impl ClusterDesired {
             },
             runs: Vec::new(),
             rollout: None,
+            secret_refs: Default::default(),
         }
     }
 

@@ -148,6 +148,10 @@ pub struct ClusterObserved {
     /// `spec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<serde_json::Value>,
+    /// The values of the Secrets `secret_refs` of the desired state named, as read in the
+    /// cluster, by (name, key); one absent was not found there. Never serialized.
+    #[serde(skip)]
+    pub secrets: BTreeMap<(String, String), String>,
 }
 
 impl ClusterObserved {

@@ -139,6 +139,23 @@ impl FleetMachine {
         machine
     }
 
+    /// The Secrets `cluster`'s analysis arguments read, as read in that cluster (Kubernetes):
+    /// its runs resolve them first. A change drops the cluster's derived run plans, so its next
+    /// runs (and measurements) take the new values; the same values change nothing.
+    pub fn set_cluster_secrets(
+        &mut self,
+        cluster: &str,
+        secrets: BTreeMap<(String, String), String>,
+    ) {
+        if self.plan.cluster_secrets.get(cluster) == Some(&secrets) {
+            return;
+        }
+        self.plan
+            .cluster_secrets
+            .insert(cluster.to_owned(), secrets);
+        self.run_plans.remove(cluster);
+    }
+
     /// The plan.
     pub fn plan(&self) -> &FleetPlan {
         &self.plan

@@ -68,6 +68,9 @@ pub struct FleetPlan {
     /// The values of the secrets templates' arguments name (`valueFrom.secretKeyRef`), by
     /// (secret, key): read by the runtime (the core reads nothing), redacted in every output.
     pub secrets: BTreeMap<(String, String), String>,
+    /// The same, as read in each cluster that holds its own Secrets (Kubernetes), by cluster:
+    /// a cluster's runs take these first.
+    pub cluster_secrets: BTreeMap<String, BTreeMap<(String, String), String>>,
 }
 
 /// Why a fleet rollout cannot be planned.
@@ -167,6 +170,7 @@ impl FleetPlan {
             wave_index,
             wave_analysis: fleet_rollout.spec.wave_analysis.clone(),
             secrets: BTreeMap::new(),
+            cluster_secrets: BTreeMap::new(),
             name: fleet_rollout.metadata.name.clone().unwrap_or_default(),
             waves,
             max_update,
@@ -235,7 +239,7 @@ impl FleetPlan {
         for (name, value) in info.map(|i| i.overrides.clone()).unwrap_or_default() {
             values.insert(name, ArgValue::plain(value));
         }
-        self.add_secrets(&spec, &mut values);
+        self.add_secrets(Some(cluster), &spec, &mut values);
         Ok((spec, values))
     }
 
@@ -251,7 +255,13 @@ impl FleetPlan {
 
     /// Secret values for the declared arguments that name one and were not given; an argument
     /// whose secret is unknown stays unresolved (the run cannot start: an Error).
-    fn add_secrets(&self, spec: &AnalysisTemplateSpec, values: &mut BTreeMap<String, ArgValue>) {
+    fn add_secrets(
+        &self,
+        cluster: Option<&str>,
+        spec: &AnalysisTemplateSpec,
+        values: &mut BTreeMap<String, ArgValue>,
+    ) {
+        let own = cluster.and_then(|c| self.cluster_secrets.get(c));
         for arg in &spec.args {
             if values.contains_key(&arg.name) {
                 continue;
@@ -259,7 +269,11 @@ impl FleetPlan {
             let Some(secret) = arg.secret_key_ref() else {
                 continue;
             };
-            if let Some(value) = self.secrets.get(&(secret.name.clone(), secret.key.clone())) {
+            let key = (secret.name.clone(), secret.key.clone());
+            if let Some(value) = own
+                .and_then(|o| o.get(&key))
+                .or_else(|| self.secrets.get(&key))
+            {
                 values.insert(
                     arg.name.clone(),
                     ArgValue {
@@ -284,7 +298,7 @@ impl FleetPlan {
         Some(self.merge_templates(&analysis.templates).and_then(|spec| {
             let mut values = argument_values(rollout, &analysis.args);
             values.insert(WAVE_ARG.into(), ArgValue::plain((wave + 1).to_string()));
-            self.add_secrets(&spec, &mut values);
+            self.add_secrets(None, &spec, &mut values);
             resolve(&spec, &values)
         }))
     }

@@ -40,7 +40,7 @@ use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
 use flotilla_core::time::Millis;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Event, Pod, Service};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DynamicObject, EvictParams, ListParams, Patch, PatchParams, PostParams,
 };
@@ -82,6 +82,11 @@ struct Memory {
     held_since: Option<Millis>,
     /// Each AnalysisRun object as last written, by name.
     runs: BTreeMap<String, Value>,
+    /// Each Secret the analysis arguments read, by name: its data (None: not found) and when
+    /// it was read (read again after [`SECRET_TTL`]).
+    secrets: BTreeMap<String, (Instant, Option<BTreeMap<String, String>>)>,
+    /// Whether a Secret that could not be read was logged already (said once, at warn).
+    secrets_refused: bool,
     /// Events posted (names the next one apart from another of the same millisecond).
     events: u64,
     /// Whether a refused Event was logged already (said once, at warn).
@@ -89,6 +94,10 @@ struct Memory {
     /// Whether old AnalysisRuns were collected since the last one was created.
     runs_collected: bool,
 }
+
+/// How long a Secret read for analysis arguments is used before it is read again (a rotated
+/// credential reaches new measurements within this).
+const SECRET_TTL: Duration = Duration::from_secs(60);
 
 /// The Rollout kind.
 fn rollout_resource() -> ApiResource {
@@ -648,6 +657,7 @@ impl KubeBackend {
             serving,
             rollout: (self.source == RolloutSource::Cluster)
                 .then(|| objects::held_rollout(&rollout)),
+            secrets: self.secrets(&client, &desired.secret_refs).await,
         })
     }
 
@@ -712,6 +722,77 @@ impl KubeBackend {
             }
         }
         Ok(remaining == 0)
+    }
+
+    /// The values of `refs` (Secret name, key) in the Rollout's namespace, as analysis
+    /// arguments read them (`valueFrom.secretKeyRef`, read where the AnalysisRun would run, as
+    /// Argo reads them): cached for [`SECRET_TTL`]; a Secret or key not found is left out (its
+    /// argument is then unresolved and the run an Error, as in Argo); one that cannot be read
+    /// (forbidden) is logged once and left out.
+    async fn secrets(
+        &self,
+        client: &kube::Client,
+        refs: &std::collections::BTreeSet<(String, String)>,
+    ) -> BTreeMap<(String, String), String> {
+        let mut out = BTreeMap::new();
+        if refs.is_empty() {
+            return out;
+        }
+        let api: Api<Secret> = Api::namespaced(client.clone(), self.namespace());
+        let names: std::collections::BTreeSet<&str> =
+            refs.iter().map(|(n, _)| n.as_str()).collect();
+        for name in names {
+            let cached = self
+                .memory
+                .lock()
+                .expect("memory lock")
+                .secrets
+                .get(name)
+                .filter(|(at, _)| at.elapsed() < SECRET_TTL)
+                .map(|(_, data)| data.clone());
+            let data = match cached {
+                Some(data) => data,
+                None => {
+                    let read = match api.get_opt(name).await {
+                        Ok(secret) => Some(secret.map(|s| {
+                            s.data
+                                .unwrap_or_default()
+                                .into_iter()
+                                .filter_map(|(k, v)| Some((k, String::from_utf8(v.0).ok()?)))
+                                .collect::<BTreeMap<_, _>>()
+                        })),
+                        Err(error) => {
+                            let first = !std::mem::replace(
+                                &mut self.memory.lock().expect("memory lock").secrets_refused,
+                                true,
+                            );
+                            let error = self.fail("get", "secrets", error);
+                            if first {
+                                tracing::warn!(cluster = %self.cluster, secret = %name, %error, "cannot read a Secret that analysis arguments name (said once)");
+                            }
+                            None
+                        }
+                    };
+                    match read {
+                        Some(data) => {
+                            self.memory
+                                .lock()
+                                .expect("memory lock")
+                                .secrets
+                                .insert(name.to_owned(), (Instant::now(), data.clone()));
+                            data
+                        }
+                        None => None,
+                    }
+                }
+            };
+            for (secret, key) in refs.iter().filter(|(n, _)| n == name) {
+                if let Some(value) = data.as_ref().and_then(|d| d.get(key)) {
+                    out.insert((secret.clone(), key.clone()), value.clone());
+                }
+            }
+        }
+        out
     }
 
     /// Deletes the Rollout's old AnalysisRuns beyond its history limits

@@ -167,6 +167,7 @@ impl FakeBackend {
             weights: Some(weights),
             serving,
             rollout: state.held.clone(),
+            secrets: Default::default(),
         })
     }
 }

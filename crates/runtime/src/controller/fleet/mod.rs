@@ -316,6 +316,8 @@ impl FleetController {
                 .map(|c| cluster.rollout.hash(c))
                 .and_then(|hash| self.spec_of_hash(&hash));
             desired.rollout = serde_json::to_value(current.unwrap_or(&spec)).ok();
+            // Its clusters hold Secrets: the templates' `secretKeyRef`s are read there.
+            desired.secret_refs = self.machine.plan().secret_refs();
         }
         Some(desired)
     }
@@ -480,6 +482,13 @@ impl FleetController {
         }
         // Specs owned in the clusters: their agreement is the fleet's revision.
         self.follow_clusters(&fresh, now, &mut out);
+        // Secrets read in the clusters that hold them, for those clusters' runs.
+        for (name, (_, observed)) in &fresh {
+            if !observed.secrets.is_empty() {
+                self.machine
+                    .set_cluster_secrets(name, observed.secrets.clone());
+            }
+        }
         // First start: each cluster is adopted from what it runs, before its first reconcile.
         let adopting: Vec<String> = self.record.adopting.iter().cloned().collect();
         for name in adopting {

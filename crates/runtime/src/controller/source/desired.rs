@@ -86,6 +86,15 @@ pub fn read_secrets_of(
     secrets: &crate::secrets::Secrets,
 ) -> Result<(), Vec<String>> {
     let mut errors = Vec::new();
+    // Kubernetes clusters hold their own Secrets, read there by their backend: a fleet of
+    // only such clusters needs none here.
+    let in_clusters = !desired.fleet.spec.clusters.is_empty()
+        && desired
+            .fleet
+            .spec
+            .clusters
+            .iter()
+            .all(|c| c.endpoint.as_ref().is_some_and(|e| e.kubernetes.is_some()));
     let used = templates_run(
         Some(&desired.rollout),
         &desired.fleet_rollout,
@@ -106,6 +115,7 @@ pub fn read_secrets_of(
                         .secrets
                         .insert((secret.name.clone(), secret.key.clone()), value);
                 }
+                Err(_) if in_clusters => {}
                 Err(e) => errors.push(format!(
                     "AnalysisTemplate {:?} spec.args[{i}].valueFrom.secretKeyRef: {e}",
                     template.metadata.name.clone().unwrap_or_default()

@@ -1866,6 +1866,32 @@ fn flotillas_crds_install_and_validate_fleets_and_fleet_rollouts() {
     });
 }
 
+/// Starts `flotilla serve` in `dir`, waits for 1.0 deployed, sets 2.0 and waits until the
+/// cluster is Healthy on it (its analysis step passed).
+async fn release_through_the_analysis(cluster: &Cluster, dir: &Path) -> Serve {
+    let h2 = argo_hash(V2);
+    let serve = Serve::start(dir);
+    serve
+        .wait_for("1.0 deployed", Duration::from_secs(120), |v| {
+            v.phase == "Completed"
+        })
+        .await;
+    set_image(&serve, V2).await;
+    wait_rollout(
+        cluster,
+        &serve,
+        "2.0 healthy after its analysis",
+        Duration::from_secs(90),
+        |r, sets| {
+            r["status"]["stableRS"] == h2.as_str()
+                && r["status"]["phase"] == "Healthy"
+                && sets.get(&h2) == Some(&(3, 3))
+        },
+    )
+    .await;
+    serve
+}
+
 /// A template's `valueFrom.secretKeyRef` is read in the cluster, from its Secret (as Argo reads
 /// it where the AnalysisRun runs), not from the controller's environment: a `web` metric sends
 /// the token the cluster's Secret holds, the step passes, and the AnalysisRun object written
@@ -1946,25 +1972,7 @@ spec:
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let serve = Serve::start(dir.path());
-        serve
-            .wait_for("1.0 deployed", Duration::from_secs(120), |v| {
-                v.phase == "Completed"
-            })
-            .await;
-        set_image(&serve, V2).await;
-        wait_rollout(
-            &cluster,
-            &serve,
-            "2.0 healthy after the analysis",
-            Duration::from_secs(90),
-            |r, sets| {
-                r["status"]["stableRS"] == h2.as_str()
-                    && r["status"]["phase"] == "Healthy"
-                    && sets.get(&h2) == Some(&(3, 3))
-            },
-        )
-        .await;
+        let serve = release_through_the_analysis(&cluster, dir.path()).await;
         assert!(
             seen.lock()
                 .unwrap()
@@ -1989,5 +1997,81 @@ spec:
             !serve.log().contains("s3cret"),
             "the secret's value was logged"
         );
+    });
+}
+
+/// A `job` metric on a Kubernetes cluster is a Job made in that cluster, as Argo's `job`
+/// provider makes it, not a process beside the controller: its command exists only in the
+/// cluster's image (here, a path no local process could run; kwok completes the Job's Pod),
+/// the step passes on the Job's completion, and the measurement names the Job.
+#[test]
+fn a_job_metric_runs_as_a_job_in_the_cluster() {
+    let _one = one_at_a_time();
+    let env = start_env(1);
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "        - setWeight: 50\n        - analysis:\n            templates: [{templateName: smoke}]\n";
+    let text = format!(
+        r#"{}---
+apiVersion: argoproj.io/v1alpha1
+kind: AnalysisTemplate
+metadata: {{name: smoke}}
+spec:
+  metrics:
+    - name: smoke-test
+      count: 1
+      provider:
+        job:
+          metadata:
+            labels: {{purpose: smoke}}
+          spec:
+            backoffLimit: 0
+            template:
+              spec:
+                restartPolicy: Never
+                containers:
+                  - name: smoke
+                    image: registry.example/smoke:1
+                    command: ["/only/in/the/image/smoke-test"]
+"#,
+        manifests(&env, None, steps)
+    );
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let h2 = argo_hash(V2);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        let _serve = release_through_the_analysis(&cluster, dir.path()).await;
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(env.cluster(0).client().await.unwrap(), "default");
+        let made = jobs
+            .list(&ListParams::default().labels("purpose=smoke,flotilla.dev/rollout=payments"))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(made.len(), 1, "{made:#?}");
+        let job = serde_json::to_value(&made[0]).unwrap();
+        let name = job["metadata"]["name"].as_str().unwrap().to_owned();
+        assert!(name.starts_with("payments-smoke-test-"), "{name}");
+        assert!(
+            job["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True"),
+            "{}",
+            job["status"]
+        );
+        let runs = cluster.step_runs(&h2).await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        let measurement = &runs[0]["status"]["metricResults"][0]["measurements"][0];
+        assert_eq!(measurement["phase"], "Successful", "{}", runs[0]["status"]);
+        assert_eq!(runs[0]["status"]["phase"], "Successful");
+        assert_eq!(
+            measurement["metadata"]["job-name"],
+            name.as_str(),
+            "{measurement}"
+        );
+        assert_eq!(measurement["metadata"]["job-namespace"], "default");
     });
 }

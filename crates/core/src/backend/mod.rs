@@ -240,6 +240,13 @@ pub trait ClusterBackend: Send + Sync {
     /// Measures a `builtin` metric from the cluster's own traffic statistics (an error outcome
     /// where the backend has none).
     fn measure_builtin<'a>(&'a self, request: &'a MeasureRequest) -> BoxFuture<'a, Outcome>;
+    /// Takes a `job` metric's measurement in the cluster (Kubernetes: a Job there, as Argo's
+    /// `job` provider makes it), or None: the job runs where the controller runs (the local
+    /// `job` provider). By default None.
+    fn measure_job<'a>(&'a self, request: &'a MeasureRequest) -> Option<BoxFuture<'a, Outcome>> {
+        let _ = request;
+        None
+    }
     /// Tells the cluster's watchers `notice`, best effort (a notice that cannot be written is
     /// logged, never an error of the rollout). By default there is nowhere to tell it: the
     /// fleet's audit log and notifications carry it anyway.

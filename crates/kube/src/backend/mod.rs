@@ -40,6 +40,7 @@ use flotilla_core::spec::fleet::{KubernetesEndpoint, RolloutSource};
 use flotilla_core::time::Millis;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DynamicObject, EvictParams, ListParams, Patch, PatchParams, PostParams,
@@ -795,6 +796,66 @@ impl KubeBackend {
         out
     }
 
+    /// A `job` metric's measurement as Argo's `job` provider takes it: a Job made in the
+    /// Rollout's namespace from the metric's `metadata` and `spec`, watched (read every second)
+    /// until it is Complete (Successful) or Failed (Failed, with the condition's message); its
+    /// name and namespace are the measurement's metadata (`job-name`, `job-namespace`), where
+    /// `kubectl argo rollouts get` finds it. A Job that cannot be made or read is an Error.
+    async fn run_job(
+        &self,
+        request: &MeasureRequest,
+        job: &flotilla_core::spec::analysis::JobMetric,
+    ) -> Outcome {
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(e) => return Outcome::Error(e.to_string()),
+        };
+        let name = objects::job_name(&self.rollout, &request.metric, request.at);
+        let object = objects::job(&name, self.namespace(), &self.rollout, &request.metric, job);
+        let object: Job = match serde_json::from_value(object) {
+            Ok(job) => job,
+            Err(e) => return Outcome::Error(format!("the job metric's Job: {e}")),
+        };
+        let api: Api<Job> = Api::namespaced(client, self.namespace());
+        if let Err(e) = api.create(&post_params(), &object).await {
+            return Outcome::Error(self.fail("create", "jobs.batch", e).to_string());
+        }
+        let metadata: BTreeMap<String, String> = [
+            ("job-name".to_owned(), name.clone()),
+            ("job-namespace".to_owned(), self.namespace().to_owned()),
+        ]
+        .into();
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let read = match api.get(&name).await {
+                Ok(read) => read,
+                Err(e) => return Outcome::Error(self.fail("get", "jobs.batch", e).to_string()),
+            };
+            let conditions = read.status.and_then(|s| s.conditions).unwrap_or_default();
+            let holds = |kind: &str| {
+                conditions
+                    .iter()
+                    .find(|c| c.type_ == kind && c.status == "True")
+            };
+            if holds("Complete").is_some() {
+                return Outcome::Decided {
+                    phase: flotilla_core::spec::analysis::AnalysisPhase::Successful,
+                    value: String::new(),
+                    message: String::new(),
+                    metadata,
+                };
+            }
+            if let Some(failed) = holds("Failed") {
+                return Outcome::Decided {
+                    phase: flotilla_core::spec::analysis::AnalysisPhase::Failed,
+                    value: String::new(),
+                    message: failed.message.clone().unwrap_or_default(),
+                    metadata,
+                };
+            }
+        }
+    }
+
     /// Deletes the Rollout's old AnalysisRuns beyond its history limits
     /// ([`objects::runs_to_delete`]), once after each new one is created.
     async fn collect_runs(
@@ -1162,6 +1223,11 @@ impl ClusterBackend for KubeBackend {
                 "the builtin provider reads a Flotilla agent's traffic statistics; a Kubernetes cluster has none (use a prometheus or web metric)".to_owned(),
             )
         })
+    }
+
+    fn measure_job<'a>(&'a self, request: &'a MeasureRequest) -> Option<BoxFuture<'a, Outcome>> {
+        let job = request.provider.job.as_ref()?;
+        Some(Box::pin(async move { self.run_job(request, job).await }))
     }
 
     fn notify<'a>(&'a self, notice: &'a ClusterNotice) -> BoxFuture<'a, ()> {

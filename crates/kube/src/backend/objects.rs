@@ -2,6 +2,8 @@
 //! revision (`<rollout>-<hash>`, its labels, annotations, selector and owner reference) and the
 //! selector patch of a Service. Pure functions over JSON; the backend sends them.
 
+use std::collections::BTreeMap;
+
 use flotilla_core::backend::DesiredRun;
 use flotilla_core::rollout::AnalysisSlot;
 use flotilla_core::time::Millis;
@@ -202,13 +204,25 @@ pub fn analysis_run(rollout: &Value, run: &DesiredRun, hash: &str) -> (String, V
                 "inconclusive": m.inconclusive,
                 "error": m.error,
                 "consecutiveError": m.consecutive_error,
-                "measurements": m.measurements.iter().map(|x| json!({
-                    "phase": x.phase,
-                    "value": x.value,
-                    "message": x.message,
-                    "startedAt": rfc3339(x.started_at),
-                    "finishedAt": time(x.finished_at),
-                })).collect::<Vec<_>>(),
+                "measurements": m.measurements.iter().map(|x| {
+                    let mut measurement = json!({
+                        "phase": x.phase,
+                        "value": x.value,
+                        "message": x.message,
+                        "startedAt": rfc3339(x.started_at),
+                        "finishedAt": time(x.finished_at),
+                    });
+                    // Where `kubectl argo rollouts get` finds a job metric's Job (only these
+                    // keys: other providers' metadata may hold a query with a secret in it).
+                    let job: BTreeMap<&str, &str> = ["job-name", "job-namespace"]
+                        .into_iter()
+                        .filter_map(|k| Some((k, x.metadata.get(k)?.as_str())))
+                        .collect();
+                    if !job.is_empty() {
+                        measurement["metadata"] = json!(job);
+                    }
+                    measurement
+                }).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -241,6 +255,77 @@ pub fn analysis_run(rollout: &Value, run: &DesiredRun, hash: &str) -> (String, V
     });
     (run_name, object)
 }
+
+/// The name of the Job a `job` metric's measurement at `at` makes: `<rollout>-<metric>-<at>`
+/// (milliseconds in base 36), lower case, characters a name may not hold as `-`, at most 63.
+pub fn job_name(rollout: &str, metric: &str, at: Millis) -> String {
+    let mut stamp = String::new();
+    let mut n = at.max(0) as u64;
+    loop {
+        let digit = (n % 36) as u32;
+        stamp.insert(0, char::from_digit(digit, 36).unwrap_or('0'));
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                let c = c.to_ascii_lowercase();
+                if c.is_ascii_alphanumeric() { c } else { '-' }
+            })
+            .collect()
+    };
+    let prefix = format!("{}-{}", clean(rollout), clean(metric));
+    let room = 63 - stamp.len() - 1;
+    let prefix: String = prefix.chars().take(room).collect();
+    format!("{}-{stamp}", prefix.trim_end_matches('-'))
+}
+
+/// The Job of a `job` metric: the metric's labels and annotations plus the instance label and
+/// `flotilla.dev/rollout`, `flotilla.dev/metric`, in `namespace`, with the metric's spec.
+pub fn job(
+    name: &str,
+    namespace: &str,
+    rollout: &str,
+    metric: &str,
+    job: &flotilla_core::spec::analysis::JobMetric,
+) -> Value {
+    let meta = job.metadata.as_ref();
+    let mut labels = meta
+        .map(|m| serde_json::to_value(&m.labels).unwrap_or_default())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    labels[INSTANCE_LABEL] = json!(INSTANCE);
+    labels["flotilla.dev/rollout"] = json!(rollout);
+    let annotations = meta
+        .map(|m| serde_json::to_value(&m.annotations).unwrap_or_default())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    let mut annotations = annotations;
+    annotations["flotilla.dev/metric"] = json!(metric);
+    // Argo's Jobs go with their AnalysisRun (owner reference); these are made per measurement,
+    // so the Job controller removes them a day after they finish unless the spec says when.
+    let mut spec = serde_json::to_value(&job.spec).unwrap_or_default();
+    if spec["ttlSecondsAfterFinished"].is_null() {
+        spec["ttlSecondsAfterFinished"] = json!(JOB_TTL_SECONDS);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    })
+}
+
+/// How long a finished `job` metric's Job is kept when its spec does not say.
+pub const JOB_TTL_SECONDS: i64 = 86_400;
 
 /// The AnalysisRuns to delete among `runs` (the Rollout's, as read), as Argo's
 /// `FilterAnalysisRunsToDelete` picks them: newest first, the current ones (`keep`) and those
@@ -346,6 +431,17 @@ pub fn apply_conflict(message: &str) -> (String, String) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_job_is_named_for_its_rollout_metric_and_time_within_63_characters() {
+        assert_eq!(
+            job_name("payments", "smoke_test", 35),
+            "payments-smoke-test-z"
+        );
+        let long = job_name(&"r".repeat(50), &"m".repeat(50), 1_700_000_000_000);
+        assert_eq!(long.len(), 63, "{long}");
+        assert!(long.ends_with(&format!("-{}", "loyw3v28")), "{long}");
+    }
 
     #[test]
     fn old_analysis_runs_go_as_argo_keeps_them() {

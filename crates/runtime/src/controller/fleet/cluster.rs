@@ -247,6 +247,11 @@ pub(super) struct Routed<'a> {
 
 impl Measurer for Routed<'_> {
     async fn measure(&self, request: &MeasureRequest) -> Outcome {
+        if request.provider.job.is_some()
+            && let Some(measured) = self.backend.and_then(|b| b.measure_job(request))
+        {
+            return measured.await;
+        }
         if request.provider.builtin.is_some() {
             match self.backend {
                 Some(backend) => backend.measure_builtin(request).await,

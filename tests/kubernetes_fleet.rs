@@ -757,6 +757,30 @@ fn regression_story(source: Source) {
         assert_eq!(clusters[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
         assert_eq!(clusters[1].selector("payments-canary").await.as_deref(), Some(h1.as_str()));
         assert_eq!(clusters[2].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+        // `kubectl argo rollouts retry rollout` on the aborted cluster: the fleet's retry (its
+        // failed clusters start again), with the plugin as its origin.
+        if source == Source::Cluster {
+            env.run(
+                "kubectl-argo-rollouts",
+                &["retry", "rollout", "payments", "-n", "default", "--kubeconfig", &clusters[1].kubeconfig],
+            )
+            .expect("kubectl-argo-rollouts retry rollout");
+            serve
+                .wait_for("the retry heard", Duration::from_secs(30), |v| {
+                    status_of(v, "cluster-1") != "RolledBack"
+                })
+                .await;
+            let history = serve.client().history("payments").await.unwrap();
+            let retry = history
+                .iter()
+                .find(|e| e.message.starts_with("retry (issued in cluster cluster-1)"))
+                .unwrap_or_else(|| panic!("no retry in {history:#?}"));
+            assert_eq!(retry.message, "retry (issued in cluster cluster-1)");
+            assert!(
+                retry.operator.as_deref().is_some_and(|o| o.contains("kubectl-argo-rollouts")),
+                "{retry:?}"
+            );
+        }
         drop(serve);
     });
     drop(prometheus);
@@ -1748,6 +1772,47 @@ fn a_lockstep_wave_needs_the_same_steps_in_every_cluster() {
         let (code, out) = lint_live(dir.path());
         assert!(!out.contains("lockstep-steps"), "{out}");
         assert_ne!(code, 2, "{out}");
+
+        // `kubectl argo rollouts promote --full` on cluster-0: every remaining step skipped,
+        // the lockstep barrier too (`--full` is the operator's word for the whole cluster).
+        wait_rollout(
+            &clusters[0],
+            &serve,
+            "the pause of step 1",
+            Duration::from_secs(30),
+            |r, _| r["status"]["pauseConditions"][0]["reason"] == "CanaryPauseStep",
+        )
+        .await;
+        env.run(
+            "kubectl-argo-rollouts",
+            &[
+                "promote",
+                "--full",
+                "payments",
+                "-n",
+                "default",
+                "--kubeconfig",
+                &clusters[0].kubeconfig,
+            ],
+        )
+        .expect("kubectl-argo-rollouts promote --full");
+        wait_rollout(
+            &clusters[0],
+            &serve,
+            "2.0 promoted in full",
+            Duration::from_secs(60),
+            |r, _| r["status"]["stableRS"] == h2.as_str() && r["status"]["phase"] == "Healthy",
+        )
+        .await;
+        let history = serve.client().history("payments").await.unwrap();
+        let full = history
+            .iter()
+            .find(|e| e.message.starts_with("promote cluster-0 --full"))
+            .unwrap_or_else(|| panic!("no promote --full in {history:#?}"));
+        assert_eq!(
+            full.message,
+            "promote cluster-0 --full (issued in cluster cluster-0)"
+        );
     });
 }
 

@@ -14,7 +14,7 @@
 //!
 //! Run with `cargo bench --bench kubernetes_rollouts`; `K8S_BENCH_N` (default 100) sets N,
 //! `K8S_BENCH_ONLY=flotilla|argo` runs one side, `K8S_BENCH_TIMEOUT` (seconds, default 600)
-//! bounds each phase.
+//! bounds each phase, `K8S_BENCH_HEAPTRACK=FILE` profiles Flotilla's heap with heaptrack.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -163,14 +163,30 @@ async fn flotilla(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
             exe.display()
         );
     }
-    let mut child = Command::new(&exe)
+    // `K8S_BENCH_HEAPTRACK=FILE`: the controller runs under heaptrack (Debian's), which
+    // writes its heap profile to FILE (read it with `heaptrack_print FILE.zst`); the peak RSS
+    // printed is then heaptrack's wrapper's, not the controller's.
+    let heaptrack = std::env::var("K8S_BENCH_HEAPTRACK").ok();
+    let mut command = match &heaptrack {
+        Some(file) => {
+            let mut c = Command::new("heaptrack");
+            c.args(["-o", file]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let mut child = command
         .args(["serve", "--config", "serve.yaml"])
         .current_dir(dir.path())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.path().join("serve.log"))?)
         .spawn()?;
+    // The first JSON line (heaptrack prints its own lines first).
+    let mut reader = BufReader::new(child.stdout.take().context("stdout")?);
     let mut line = String::new();
-    BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+    while reader.read_line(&mut line)? > 0 && !line.trim_start().starts_with('{') {
+        line.clear();
+    }
     let pid = child.id();
     let _serve = Serve(child);
     let first: Value = serde_json::from_str(&line).context("serve's first line")?;

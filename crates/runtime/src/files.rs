@@ -167,14 +167,7 @@ pub async fn lint_paths_live(paths: &[PathBuf], options: Options) -> Result<Lint
     let held = crate::controller::backends::held_rollouts(&manifests).await;
     report
         .diagnostics
-        .extend(lint::lint_held(&manifests, &held));
-    if options.strict {
-        for d in &mut report.diagnostics {
-            if d.severity == Severity::Warning {
-                d.severity = Severity::Error;
-            }
-        }
-    }
+        .extend(lint::lint_held(&manifests, &held, options.strict));
     lint::sort(&mut report.diagnostics);
     Ok(report)
 }

@@ -18,8 +18,12 @@ pub type HeldRollouts = BTreeMap<String, BTreeMap<String, Result<Rollout, String
 /// Checks each FleetRollout among `manifests` whose Fleet is among them too against the Rollouts
 /// its clusters hold: `fleet/lockstep-steps` (error) for a lockstep wave whose clusters' Rollouts
 /// have different steps, `fleet/held-unread` (warning) for a cluster whose Rollout could not be
-/// read, so was not checked.
-pub fn lint_held(manifests: &[LoadedManifest], held: &HeldRollouts) -> Vec<Diagnostic> {
+/// read, so was not checked. Under `strict`, warnings are errors, as in [`super::lint`].
+pub fn lint_held(
+    manifests: &[LoadedManifest],
+    held: &HeldRollouts,
+    strict: bool,
+) -> Vec<Diagnostic> {
     let mut sink = Sink {
         diagnostics: Vec::new(),
     };
@@ -64,6 +68,13 @@ pub fn lint_held(manifests: &[LoadedManifest], held: &HeldRollouts) -> Vec<Diagn
         }
     }
     let mut diagnostics = sink.diagnostics;
+    if strict {
+        for d in &mut diagnostics {
+            if d.severity == crate::diagnostic::Severity::Warning {
+                d.severity = crate::diagnostic::Severity::Error;
+            }
+        }
+    }
     super::sort(&mut diagnostics);
     diagnostics
 }

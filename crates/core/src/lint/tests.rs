@@ -2310,7 +2310,7 @@ fn held_diagnostics(
             ("c2".to_owned(), read(c2)),
         ]),
     )]);
-    super::lint_held(&load.manifests, &held)
+    super::lint_held(&load.manifests, &held, false)
 }
 
 const ONE_WAVE_LOCKSTEP: &str =

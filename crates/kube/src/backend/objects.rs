@@ -299,11 +299,10 @@ pub fn job(
         .unwrap_or_else(|| json!({}));
     labels[INSTANCE_LABEL] = json!(INSTANCE);
     labels["flotilla.dev/rollout"] = json!(rollout);
-    let annotations = meta
+    let mut annotations = meta
         .map(|m| serde_json::to_value(&m.annotations).unwrap_or_default())
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    let mut annotations = annotations;
     annotations["flotilla.dev/metric"] = json!(metric);
     // Argo's Jobs go with their AnalysisRun (owner reference); these are made per measurement,
     // so the Job controller removes them a day after they finish unless the spec says when.

@@ -173,6 +173,7 @@ fn rollout_resource() -> ApiResource {
 struct Cluster {
     name: String,
     kubeconfig: String,
+    client: kube::Client,
     events: Api<k8s_openapi::api::core::v1::Event>,
     rollouts: Api<DynamicObject>,
     analysis_runs: Api<DynamicObject>,
@@ -199,6 +200,7 @@ impl Cluster {
         Cluster {
             name: cluster.name.clone(),
             kubeconfig: cluster.kubeconfig.display().to_string(),
+            client: client.clone(),
             events: Api::namespaced(client.clone(), "default"),
             rollouts: Api::namespaced_with(client.clone(), "default", &rollout_resource()),
             analysis_runs: Api::namespaced_with(
@@ -213,6 +215,22 @@ impl Cluster {
             replica_sets: Api::namespaced(client.clone(), "default"),
             services,
         }
+    }
+
+    /// How many reads of Rollouts (GET) and of ReplicaSets (LIST) the API server has answered,
+    /// from its own `apiserver_request_total`.
+    async fn reads_served(&self) -> u64 {
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = self.client.request_text(request).await.unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("apiserver_request_total{"))
+            .filter(|line| {
+                (line.contains("verb=\"GET\"") && line.contains("resource=\"rollouts\""))
+                    || (line.contains("verb=\"LIST\"") && line.contains("resource=\"replicasets\""))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|n| n as u64)
+            .sum()
     }
 
     async fn rollout(&self) -> Option<Value> {
@@ -685,6 +703,15 @@ fn regression_story(source: Source) {
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        // Settled clusters cost their API servers no reads: Flotilla polls its watches' copies
+        // (the test reads nothing meanwhile).
+        let before = clusters[0].reads_served().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = clusters[0].reads_served().await;
+        assert_eq!(
+            after, before,
+            "Rollout GETs and ReplicaSet LISTs while cluster-0 is settled (a poll each 300 ms tick)"
+        );
         // The analysis as Argo's tools read it: AnalysisRun objects with their measurements,
         // and the plugin's tree.
         for (cluster, phase) in [(&clusters[0], "Successful"), (&clusters[1], "Failed")] {
@@ -759,6 +786,12 @@ fn regression_story(source: Source) {
         assert_eq!(clusters[2].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
         // `kubectl argo rollouts retry rollout` on the aborted cluster: the fleet's retry (its
         // failed clusters start again), with the plugin as its origin.
+        // Argo's abort is durable: seconds later the cluster is still aborted on the spec it
+        // aborted (not returned to the stable template), whoever owns that spec.
+        let r1 = clusters[1].rollout().await.unwrap();
+        assert_eq!(r1["status"]["abort"], true, "{}", r1["status"]);
+        assert_eq!(r1["status"]["phase"], "Degraded", "{}", r1["status"]);
+        assert_eq!(r1["spec"]["template"]["spec"]["containers"][0]["image"], V2);
         if source == Source::Cluster {
             env.run(
                 "kubectl-argo-rollouts",
@@ -1520,8 +1553,8 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
     )
     .unwrap();
     let lacking = rbac.replace(
-        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"create\", \"patch\"]",
-        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"patch\"]",
+        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"watch\", \"create\", \"patch\"]",
+        "    resources: [\"replicasets\"]\n    verbs: [\"list\", \"watch\", \"patch\"]",
     );
     assert_ne!(lacking, rbac, "the Role grants create on replicasets");
     post_yaml(&env, 0, &rbac);

@@ -23,6 +23,11 @@ pub struct ClusterSpec {
     pub metrics_address: Option<String>,
     /// Per-cluster argument overrides.
     pub overrides: BTreeMap<String, String>,
+    /// Whether an abort there stays on the aborted spec, as Argo's abort does (a Kubernetes
+    /// cluster, whatever owns its Rollout spec: `kubectl argo rollouts` and Argo CD read it),
+    /// until the spec changes or it is retried; elsewhere a rolled-back cluster returns to the
+    /// previous spec.
+    pub aborts_in_place: bool,
 }
 
 /// What happens on failure, with defaults applied.
@@ -120,6 +125,10 @@ impl FleetPlan {
                     region: cluster.region.clone(),
                     metrics_address: cluster.metrics.as_ref().map(|m| m.address.clone()),
                     overrides,
+                    aborts_in_place: cluster
+                        .endpoint
+                        .as_ref()
+                        .is_some_and(|e| e.kubernetes.is_some()),
                 },
             );
         }

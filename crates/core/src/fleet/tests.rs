@@ -361,6 +361,20 @@ impl Sim {
             .map(|(t, _, _)| *t)
     }
 
+    /// Clears every regression, retries `after` ms later, and checks that the fleet then
+    /// completes with every cluster on the new version.
+    fn fix_and_retry(&mut self, after: i64) {
+        self.truth.regressed.clear();
+        self.now += after;
+        self.step(&[FleetCommand::Retry]);
+        self.run_until(self.now + 3_600_000);
+        let state = &self.machine.state;
+        assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
+        for cluster in CLUSTERS {
+            assert!(self.stable_is_new(cluster), "{cluster}");
+        }
+    }
+
     /// Whether the cluster's stable (what it serves at weight 0) is the new version.
     fn stable_is_new(&self, cluster: &str) -> bool {
         let engine = &self.machine.state.clusters[cluster].rollout;
@@ -783,6 +797,45 @@ fn retry_after_a_failed_wave_analysis_runs_it_again() {
 /// An operator who retries in the tick right after a cluster failed (before its engine has
 /// reconciled the rollback) gets a fresh attempt, not the aborted one again: the old run's
 /// failure is no evidence against the retry.
+/// Argo's abort on a Kubernetes cluster (whoever owns its Rollout spec): the failed cluster
+/// stays on that spec, aborted (canary at zero, the stable serving), until it is retried;
+/// elsewhere a rolled-back cluster returns to the previous spec.
+#[test]
+fn an_abort_on_kubernetes_stays_on_its_spec_until_retried() {
+    let kubernetes = |source: &str| {
+        let mut fleet = fleet();
+        fleet.spec.clusters[0].endpoint =
+            Some(serde_json::from_value(json!({"kubernetes": {"rolloutSource": source}})).unwrap());
+        fleet
+    };
+    for (fleet, in_place) in [
+        (fleet(), false),
+        (kubernetes("cluster"), true),
+        (kubernetes("flotilla"), true),
+    ] {
+        let truth = Truth {
+            regressed: ["canary-eu-west"].into(),
+            ..Truth::healthy()
+        };
+        let mut sim = Sim::with_fleet(&fleet, fleet_rollout(json!({})), GUARDED, truth);
+        sim.run_until(3_600_000);
+        assert_eq!(sim.machine.state.phase, FleetPhase::Halted);
+        assert_eq!(sim.status("canary-eu-west"), ClusterStatus::RolledBack);
+        let engine = &sim.machine.state.clusters["canary-eu-west"].rollout;
+        let current = engine.current.map(|c| engine.hash(c).to_string());
+        assert_eq!(engine.abort, in_place, "in place: {in_place}");
+        assert_eq!(
+            current == Some(sim.new_hash()),
+            in_place,
+            "in place: {in_place}"
+        );
+        assert!(!sim.stable_is_new("canary-eu-west"));
+        assert_eq!(sim.weights["canary-eu-west"].canary, 0);
+        // Fixed, and retried: the cluster starts again, and the fleet completes.
+        sim.fix_and_retry(1_000);
+    }
+}
+
 #[test]
 fn a_retry_right_after_a_failure_starts_a_fresh_attempt() {
     let truth = Truth {
@@ -797,15 +850,7 @@ fn a_retry_right_after_a_failure_starts_a_fresh_attempt() {
     }
     assert!(sim.machine.state.clusters["canary-eu-west"].rollout.abort);
     // Fixed at once; the retry comes a few milliseconds later.
-    sim.truth.regressed.clear();
-    sim.now += 4;
-    sim.step(&[FleetCommand::Retry]);
-    sim.run_until(sim.now + 3_600_000);
-    let state = &sim.machine.state;
-    assert_eq!(state.phase, FleetPhase::Completed, "{}", state.message);
-    for cluster in CLUSTERS {
-        assert!(sim.stable_is_new(cluster), "{cluster}");
-    }
+    sim.fix_and_retry(4);
 }
 
 /// An answer that may change a decision is urgent (the daemon ticks at once for it); a

@@ -106,6 +106,20 @@ pub enum RolloutSource {
     Flotilla,
 }
 
+impl Cluster {
+    /// Whether this cluster's Rollout spec is owned in the cluster (a Kubernetes cluster with
+    /// `rolloutSource: cluster`, its own or else `fleet_source`, the FleetRollout's; the
+    /// default): Flotilla then never writes it, and reads the fleet's revision from it.
+    pub fn spec_in_cluster(&self, fleet_source: Option<RolloutSource>) -> bool {
+        self.endpoint
+            .as_ref()
+            .and_then(|e| e.kubernetes.as_ref())
+            .is_some_and(|k| {
+                k.rollout_source.or(fleet_source).unwrap_or_default() == RolloutSource::Cluster
+            })
+    }
+}
+
 impl KubernetesEndpoint {
     /// The namespace of the Rollout (`default` when unset).
     pub fn namespace(&self) -> &str {

@@ -7,7 +7,7 @@
 //!   creates and scales each revision's ReplicaSet (`objects`) and points the Rollout's Services
 //!   at their revisions;
 //! - `observe` reads the Rollout and its ReplicaSets (by the hash label, owned by the Rollout's
-//!   uid), maps them to the desired revisions by Argo's pod-template hash, and reports the
+//!   uid; from the namespace's watches while they are live, `watch`), maps them to the desired revisions by Argo's pod-template hash, and reports the
 //!   engine's progress in the Rollout's `status` as Argo writes it (`status`), a merge patch on
 //!   `/status` sent only when a field differs;
 //! - operator patches on that status (`kubectl argo rollouts abort`, `promote`…) are told apart
@@ -24,6 +24,7 @@ pub mod events;
 pub mod objects;
 pub mod restart;
 pub mod status;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -65,6 +66,7 @@ pub struct KubeBackend {
     rollout: String,
     clock: Clock,
     client: clients::Slot,
+    watches: clients::WatchSlot,
     memory: Mutex<Memory>,
 }
 
@@ -94,6 +96,8 @@ struct Memory {
     events_refused: bool,
     /// Whether old AnalysisRuns were collected since the last one was created.
     runs_collected: bool,
+    /// Flotilla's writes the watches have not shown yet.
+    laid: watch::Laid,
 }
 
 /// How long a Secret read for analysis arguments is used before it is read again (a rotated
@@ -142,6 +146,7 @@ impl KubeBackend {
         clients: &clients::KubeClients,
     ) -> KubeBackend {
         let client = clients.slot(&endpoint);
+        let watches = clients.watch_slot(&endpoint);
         KubeBackend {
             cluster: cluster.to_owned(),
             endpoint,
@@ -149,6 +154,7 @@ impl KubeBackend {
             rollout: rollout.to_owned(),
             clock,
             client,
+            watches,
             memory: Mutex::new(Memory::default()),
         }
     }
@@ -271,12 +277,49 @@ impl KubeBackend {
     pub async fn held(&self) -> Result<Option<Value>, BackendError> {
         let client = self.client().await?;
         Ok(self
-            .read_rollout(&client)
+            .get_rollout(&client)
             .await?
             .map(|rollout| objects::held_rollout(&rollout)))
     }
 
+    /// The namespace's watches, started on first use.
+    fn watches(&self, client: &kube::Client) -> std::sync::Arc<watch::Watches> {
+        self.watches
+            .lock()
+            .expect("watches lock")
+            .get_or_insert_with(|| {
+                std::sync::Arc::new(watch::Watches::start(
+                    client,
+                    self.namespace(),
+                    &self.cluster,
+                ))
+            })
+            .clone()
+    }
+
+    /// The Rollout: from the watch when it is live and has it (with Flotilla's own newer write
+    /// over it), else read from the API server.
     async fn read_rollout(&self, client: &kube::Client) -> Result<Option<Value>, BackendError> {
+        if let Some(watched) = self.watches(client).rollout(&self.rollout) {
+            let rollout = self
+                .memory
+                .lock()
+                .expect("memory lock")
+                .laid
+                .rollout(watched);
+            return Ok(Some(serde_json::to_value(rollout).unwrap_or_default()));
+        }
+        let found = self.get_rollout(client).await?;
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .laid
+            .forget_rollout();
+        Ok(found)
+    }
+
+    /// The Rollout, read from the API server.
+    async fn get_rollout(&self, client: &kube::Client) -> Result<Option<Value>, BackendError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
         let found = api
@@ -284,6 +327,24 @@ impl KubeBackend {
             .await
             .map_err(|e| self.fail("get", "rollouts.argoproj.io", e))?;
         Ok(found.map(|o| serde_json::to_value(o).unwrap_or_default()))
+    }
+
+    /// Lays a Rollout a write returned over the watch's copy.
+    fn rollout_written(&self, rollout: DynamicObject) {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .laid
+            .rollout_written(rollout);
+    }
+
+    /// Lays a ReplicaSet a write returned over the watch's copy.
+    fn replica_set_written(&self, rs: ReplicaSet) {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .laid
+            .replica_set_written(rs);
     }
 
     /// Whether a HorizontalPodAutoscaler in the namespace targets the Rollout.
@@ -325,7 +386,10 @@ impl KubeBackend {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(applied) => {
+                self.rollout_written(applied);
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let (manager, field) = objects::apply_conflict(&status.message);
                 Err(BackendError::OwnershipConflict {
@@ -387,30 +451,34 @@ impl KubeBackend {
         Ok(rollout)
     }
 
-    /// The Rollout's ReplicaSets (its selector's labels and the hash label, owned by its uid),
-    /// by hash: the API server filters by label, so a namespace of many Rollouts is not read
-    /// whole for each.
+    /// The Rollout's ReplicaSets (the hash label, owned by its uid), by hash: from the
+    /// namespace's watch when it is live (with Flotilla's own newer writes over it), else listed
+    /// with its selector's labels (the API server filters, so a namespace of many Rollouts is
+    /// not read whole for each).
     async fn replica_sets(
         &self,
         client: &kube::Client,
         rollout: &Value,
     ) -> Result<BTreeMap<String, ReplicaSet>, BackendError> {
         let uid = rollout["metadata"]["uid"].as_str().unwrap_or_default();
-        let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
-        let list = api
-            .list(&ListParams::default().labels(&objects::replica_set_selector(rollout)))
-            .await
-            .map_err(|e| self.fail("list", "replicasets.apps", e))?;
-        Ok(list
-            .items
+        let items = match self.watches(client).replica_sets(uid) {
+            Some(watched) => self
+                .memory
+                .lock()
+                .expect("memory lock")
+                .laid
+                .replica_sets(watched, uid),
+            None => {
+                let api: Api<ReplicaSet> = Api::namespaced(client.clone(), self.namespace());
+                api.list(&ListParams::default().labels(&objects::replica_set_selector(rollout)))
+                    .await
+                    .map_err(|e| self.fail("list", "replicasets.apps", e))?
+                    .items
+            }
+        };
+        Ok(items
             .into_iter()
-            .filter(|rs| {
-                rs.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid && o.controller == Some(true))
-            })
+            .filter(|rs| watch::owned_by(rs, uid))
             .filter_map(|rs| {
                 let hash = rs.metadata.labels.as_ref()?.get(HASH_LABEL)?.clone();
                 Some((hash, rs))
@@ -449,7 +517,8 @@ impl KubeBackend {
                             message: e.to_string(),
                         })?;
                     match api.create(&post_params(), &rs).await {
-                        Ok(_) => {
+                        Ok(made) => {
+                            self.replica_set_written(made);
                             notices.push(events::created(&name, *number));
                             if replicas > 0 {
                                 notices.push(events::scaled(&name, *number, 0, replicas));
@@ -478,9 +547,11 @@ impl KubeBackend {
                             "metadata": {"annotations": {objects::REVISION_ANNOTATION: number.to_string()}},
                             "spec": {"replicas": want},
                         });
-                        api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                        let scaled = api
+                            .patch(&name, &patch_params(), &Patch::Merge(&patch))
                             .await
                             .map_err(|e| self.fail("patch", "replicasets.apps", e))?;
+                        self.replica_set_written(scaled);
                         if want != have {
                             notices.push(events::scaled(&name, *number, have, want));
                         }
@@ -1102,6 +1173,7 @@ impl KubeBackend {
                 .await
                 .map_err(|e| self.fail("patch", "rollouts.argoproj.io", e))?;
             version = json!(patched.metadata.resource_version);
+            self.rollout_written(patched);
         }
         // Only if nothing changed since the read (an operator's patch made meanwhile is read
         // and heard at the next poll, never overwritten).
@@ -1110,7 +1182,8 @@ impl KubeBackend {
             .patch_status(&self.rollout, &params, &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(written) => {
+                self.rollout_written(written);
                 let phases: BTreeMap<String, String> = runs
                     .iter()
                     .filter_map(|(key, name)| {

@@ -96,16 +96,7 @@ impl Backends {
 /// `rolloutSource: cluster`, its own or the FleetRollout's, the default): the fleet then reads
 /// its revision from such clusters' specs.
 pub fn spec_in_cluster(cluster: &Cluster, target: &Target) -> bool {
-    cluster
-        .endpoint
-        .as_ref()
-        .and_then(|e| e.kubernetes.as_ref())
-        .is_some_and(|k| {
-            k.rollout_source
-                .or(target.rollout_source)
-                .unwrap_or_default()
-                == RolloutSource::Cluster
-        })
+    cluster.spec_in_cluster(target.rollout_source)
 }
 
 /// The Rollout each Kubernetes cluster holds for each FleetRollout among `manifests` whose Fleet

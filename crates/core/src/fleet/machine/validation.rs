@@ -22,12 +22,19 @@ impl FleetMachine {
     ) {
         let new_hash = self.next_hash_of(name);
         let previous_hash = self.previous_hash_of(name);
+        let in_place = self
+            .plan
+            .clusters
+            .get(name)
+            .is_some_and(|c| c.aborts_in_place);
         let cluster = self.state.clusters.get_mut(name).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
             ClusterStatus::RolledBack | ClusterStatus::Skipped => {
-                // Keep returning it to the previous spec once its abort has taken effect.
-                if cluster.on_new_spec && cluster.rollout.abort {
+                // Keep returning it to the previous spec once its abort has taken effect; a
+                // Kubernetes cluster stays aborted on its spec, as Argo's abort does (canary at
+                // zero, stable serving, Degraded), until the spec changes or it is retried.
+                if cluster.on_new_spec && cluster.rollout.abort && !in_place {
                     cluster.on_new_spec = false;
                 }
                 return;

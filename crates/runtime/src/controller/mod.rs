@@ -375,6 +375,9 @@ pub async fn serve(
             }
             let mut all_audit = Vec::new();
             let mut notified = false;
+            // Every fleet ticks, then their ticks are written in one transaction (one sync to
+            // disk per pass, however many fleets), then their actions run.
+            let mut ticked = Vec::with_capacity(controllers.len());
             for controller in controllers.iter_mut() {
                 let commands: Vec<_> = pending
                     .iter()
@@ -388,14 +391,21 @@ pub async fn serve(
                     .cloned()
                     .collect();
                 audit.extend(out.audit.iter().cloned());
-                let write = TickWrite {
+                ticked.push((out, audit));
+            }
+            let writes: Vec<TickWrite> = controllers
+                .iter()
+                .zip(&mut ticked)
+                .map(|(controller, (out, audit))| TickWrite {
                     record: Some(&controller.record),
                     consumed: out.consumed.clone(),
-                    audit,
+                    audit: std::mem::take(audit),
                     notifications: out.notifications.clone(),
-                };
-                notified |= !write.notifications.is_empty();
-                let audit = tokio::task::block_in_place(|| store.commit_tick(write))?;
+                })
+                .collect();
+            let audits = tokio::task::block_in_place(|| store.commit_ticks(writes))?;
+            for ((controller, (out, _)), audit) in controllers.iter_mut().zip(ticked).zip(audits) {
+                notified |= !out.notifications.is_empty();
                 controller.dispatch(out);
                 all_audit.extend(audit);
                 // The durable change goes to Git apart from the loop (one attempt at a time,

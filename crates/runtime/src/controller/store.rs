@@ -3,8 +3,9 @@
 //!
 //! # Invariants
 //! - A tick's new fleet record, the commands it consumed, its audit entries and its
-//!   notifications are written in one transaction ([`Store::commit_tick`]), before any of its
-//!   actions run: a crash either loses the whole tick (it is recomputed) or none of it.
+//!   notifications are written in one transaction ([`Store::commit_ticks`], with those of every
+//!   fleet of the same pass), before any of its actions run: a crash either loses the whole
+//!   pass (it is recomputed) or none of it.
 //! - An accepted command is committed before the API answers, and deleted only with the tick
 //!   that applied it: exactly once.
 //! - Notifications leave the outbox only once delivered (or given up on): at least once.
@@ -375,47 +376,75 @@ impl Store {
     /// Writes one tick atomically: the record, the consumed commands, audit and notifications.
     /// Returns the audit entries with their sequence numbers.
     pub fn commit_tick(&self, tick: TickWrite<'_>) -> Result<Vec<AuditEntry>, StoreError> {
-        let record = tick.record.map(|r| self.encode(r)).transpose()?;
-        let mut audit = tick.audit;
-        let notifications: Vec<Vec<u8>> = tick
-            .notifications
-            .iter()
-            .map(|n| self.encode(n))
-            .collect::<Result<_, _>>()?;
-        let mut encoded_audit = Vec::new();
-        let audit = self.write(|txn| {
-            if let (Some(bytes), Some(r)) = (&record, tick.record) {
-                txn.open_table(FLEETS)?
-                    .insert(r.name.as_str(), bytes.as_slice())?;
-            }
-            {
-                let mut commands = txn.open_table(COMMANDS)?;
-                for id in &tick.consumed {
-                    commands.remove(*id)?;
+        Ok(self.commit_ticks(vec![tick])?.pop().unwrap_or_default())
+    }
+
+    /// Writes the ticks of one pass over the fleets in one transaction (one sync to disk for
+    /// the pass, not one per fleet): all of them or none. Returns each tick's audit entries with
+    /// their sequence numbers, in order.
+    pub fn commit_ticks(
+        &self,
+        ticks: Vec<TickWrite<'_>>,
+    ) -> Result<Vec<Vec<AuditEntry>>, StoreError> {
+        struct Encoded<'a> {
+            record: Option<(&'a str, Vec<u8>)>,
+            consumed: Vec<u64>,
+            audit: Vec<AuditEntry>,
+            notifications: Vec<Vec<u8>>,
+        }
+        let mut encoded = Vec::with_capacity(ticks.len());
+        for tick in ticks {
+            encoded.push(Encoded {
+                record: tick
+                    .record
+                    .map(|r| Ok::<_, StoreError>((r.name.as_str(), self.encode(r)?)))
+                    .transpose()?,
+                consumed: tick.consumed,
+                audit: tick.audit,
+                notifications: tick
+                    .notifications
+                    .iter()
+                    .map(|n| self.encode(n))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
+        self.write(|txn| {
+            let mut out = Vec::with_capacity(encoded.len());
+            for tick in encoded {
+                if let Some((name, bytes)) = &tick.record {
+                    txn.open_table(FLEETS)?.insert(*name, bytes.as_slice())?;
                 }
-            }
-            for entry in audit.iter_mut() {
-                entry.seq = next_sequence(txn, "audit")?;
-                // Plain data with string keys: serializing cannot fail.
-                let bytes = serde_json::to_vec(entry).expect("an audit entry serializes");
-                encoded_audit.push((entry.seq, bytes));
-            }
-            {
-                let mut table = txn.open_table(AUDIT)?;
-                for (seq, bytes) in &encoded_audit {
-                    table.insert(*seq, bytes.as_slice())?;
+                {
+                    let mut commands = txn.open_table(COMMANDS)?;
+                    for id in &tick.consumed {
+                        commands.remove(*id)?;
+                    }
                 }
-            }
-            {
-                let mut outbox = txn.open_table(OUTBOX)?;
-                for bytes in &notifications {
-                    let id = next_sequence(txn, "outbox")?;
-                    outbox.insert(id, bytes.as_slice())?;
+                let mut audit = tick.audit;
+                {
+                    let mut encoded_audit = Vec::with_capacity(audit.len());
+                    for entry in audit.iter_mut() {
+                        entry.seq = next_sequence(txn, "audit")?;
+                        // Plain data with string keys: serializing cannot fail.
+                        let bytes = serde_json::to_vec(entry).expect("an audit entry serializes");
+                        encoded_audit.push((entry.seq, bytes));
+                    }
+                    let mut table = txn.open_table(AUDIT)?;
+                    for (seq, bytes) in &encoded_audit {
+                        table.insert(*seq, bytes.as_slice())?;
+                    }
                 }
+                {
+                    let mut outbox = txn.open_table(OUTBOX)?;
+                    for bytes in &tick.notifications {
+                        let id = next_sequence(txn, "outbox")?;
+                        outbox.insert(id, bytes.as_slice())?;
+                    }
+                }
+                out.push(audit);
             }
-            Ok(audit)
-        })?;
-        Ok(audit)
+            Ok(out)
+        })
     }
 
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
@@ -509,6 +538,49 @@ mod tests {
         assert_eq!(audit.len(), 1);
         assert_eq!(audit[0].seq, 1);
         assert!(store.audit(Some("other"), 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_ticks_of_a_pass_are_written_together_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.redb"), OpenMode::Existing)
+            .unwrap()
+            .0;
+        let entry = |fleet: &str| {
+            AuditEntry::new(
+                5,
+                fleet,
+                "r",
+                AuditKind::Command,
+                None,
+                format!("{fleet} ticked"),
+            )
+        };
+        let audits = store
+            .commit_ticks(vec![
+                TickWrite {
+                    audit: vec![entry("a"), entry("a")],
+                    ..TickWrite::default()
+                },
+                TickWrite::default(),
+                TickWrite {
+                    audit: vec![entry("b")],
+                    ..TickWrite::default()
+                },
+            ])
+            .unwrap();
+        let seqs: Vec<Vec<u64>> = audits
+            .iter()
+            .map(|a| a.iter().map(|e| e.seq).collect())
+            .collect();
+        assert_eq!(seqs, vec![vec![1, 2], vec![], vec![3]]);
+        let logged: Vec<String> = store
+            .audit(None, 0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.message)
+            .collect();
+        assert_eq!(logged, ["a ticked", "a ticked", "b ticked"]);
     }
 
     #[test]

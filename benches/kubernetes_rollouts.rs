@@ -188,6 +188,10 @@ async fn flotilla(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
         line.clear();
     }
     let pid = child.id();
+    eprintln!(
+        "flotilla: serve pid {pid}, log {}",
+        dir.path().join("serve.log").display()
+    );
     let _serve = Serve(child);
     let first: Value = serde_json::from_str(&line).context("serve's first line")?;
     let api_address = format!("http://{}", first["api"].as_str().context("api")?);
@@ -211,6 +215,7 @@ async fn flotilla(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
         )
         .await?;
     }
+    eprintln!("flotilla: {n} commands accepted in {:?}", start.elapsed());
     let done = healthy_on(&rollouts, n, V2, limit).await?;
     report("flotilla", n, start, &done, peak_rss_mib(pid));
     Ok(())

@@ -47,6 +47,7 @@ fn bench_tick(c: &mut Criterion) {
             stable: 100,
         }),
         analysis: BTreeMap::new(),
+        spec_replicas: None,
     };
     // 100,000 rollouts mid-canary: deployed, updated, at their first pause.
     let mut mid = Observed {
@@ -56,6 +57,7 @@ fn bench_tick(c: &mut Criterion) {
             stable: 95,
         }),
         analysis: BTreeMap::new(),
+        spec_replicas: None,
     };
     mid.replicas.insert(
         2,

@@ -1626,17 +1626,24 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
     });
 }
 
+/// One test cluster and a directory with `flotilla serve`'s config and manifests of a
+/// `rolloutSource: flotilla` canary whose steps are `setWeight: 50` then an indefinite pause.
+fn one_cluster_half_and_pause() -> (TestEnv, tempfile::TempDir) {
+    let env = start_env(1);
+    let dir = tempfile::tempdir().unwrap();
+    let text = manifests(&env, None, "        - setWeight: 50\n        - pause: {}\n");
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    (env, dir)
+}
+
 /// `rolloutSource: flotilla` never fights another writer: when someone else took the image of
 /// the Rollout's template (server-side apply with force), Flotilla's next apply is refused and
 /// the cluster is held with an `OwnershipConflict` naming the field and the other manager.
 #[test]
 fn another_writer_of_the_template_is_an_ownership_conflict() {
     let _one = one_at_a_time();
-    let env = start_env(1);
-    let dir = tempfile::tempdir().unwrap();
-    let text = manifests(&env, None, "        - setWeight: 50\n        - pause: {}\n");
-    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
-    write_serve_config(dir.path());
+    let (env, dir) = one_cluster_half_and_pause();
     let h1 = argo_hash(V1);
     let runtime = runtime();
     runtime.block_on(async {
@@ -2171,5 +2178,133 @@ spec:
             "{measurement}"
         );
         assert_eq!(measurement["metadata"]["job-namespace"], "default");
+    });
+}
+
+/// Whether `manager`'s entry in an object's `managedFields` owns `spec.<field>`.
+fn owns_spec_field(object: &Value, manager: &str, field: &str) -> bool {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry["manager"] == manager)
+        .any(|entry| {
+            entry["fieldsV1"]["f:spec"]
+                .get(format!("f:{field}"))
+                .is_some()
+        })
+}
+
+/// A HorizontalPodAutoscaler (the controller-manager's own controller) scales a Rollout
+/// Flotilla applies (`rolloutSource: flotilla`): the Rollout is made with the manifest's count,
+/// the HPA then owns `spec.replicas` (Flotilla's later applies leave it out, and a new revision
+/// does not take it back), and the ReplicaSets are sized by the HPA's count at every step, also
+/// when it scales mid-step, as Argo's controller sizes them.
+#[test]
+fn an_hpa_owns_the_count_and_the_replica_sets_follow_it() {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    let _one = one_at_a_time();
+    let (env, dir) = one_cluster_half_and_pause();
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    runtime().block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        // The HPA is there before the Rollout (as an Argo CD sync makes both at once).
+        let hpas: Api<HorizontalPodAutoscaler> =
+            Api::namespaced(cluster.client.clone(), "default");
+        let hpa = |min: i32| {
+            serde_json::from_value::<HorizontalPodAutoscaler>(json!({
+                "metadata": {"name": "payments"},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "payments"},
+                    "minReplicas": min,
+                    "maxReplicas": 10,
+                    "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]
+                }
+            }))
+            .unwrap()
+        };
+        hpas.create(&PostParams::default(), &hpa(6)).await.unwrap();
+        let serve = Serve::start(dir.path());
+        let rollout = wait_rollout(
+            &cluster,
+            &serve,
+            "1.0 healthy at the HPA's 6 (the manifest says 3)",
+            Duration::from_secs(120),
+            |r, sets| {
+                r["spec"]["replicas"] == 6
+                    && sets.get(&h1) == Some(&(6, 6))
+                    && r["status"]["phase"] == "Healthy"
+            },
+        )
+        .await;
+        assert!(
+            !owns_spec_field(&rollout, "flotilla", "replicas"),
+            "the HPA's count is not Flotilla's: {}",
+            rollout["metadata"]["managedFields"]
+        );
+        assert!(owns_spec_field(&rollout, "flotilla", "template"));
+        // A new revision: its apply leaves the count alone, the canary is half of 6.
+        set_image(&serve, V2).await;
+        wait_rollout(
+            &cluster,
+            &serve,
+            "the canary at 50% of 6",
+            Duration::from_secs(90),
+            |r, sets| {
+                sets.get(&h2) == Some(&(3, 3))
+                    && sets.get(&h1) == Some(&(3, 3))
+                    && r["status"]["currentStepIndex"] == 1
+            },
+        )
+        .await;
+        // The HPA scales up mid-pause: both ReplicaSets follow, still half and half.
+        let mut scaled = hpas.get("payments").await.unwrap();
+        scaled.spec.as_mut().unwrap().min_replicas = Some(8);
+        hpas.replace("payments", &PostParams::default(), &scaled)
+            .await
+            .unwrap();
+        let rollout = wait_rollout(
+            &cluster,
+            &serve,
+            "the canary at 50% of the HPA's 8",
+            Duration::from_secs(90),
+            |r, sets| {
+                r["spec"]["replicas"] == 8
+                    && sets.get(&h2) == Some(&(4, 4))
+                    && sets.get(&h1) == Some(&(4, 4))
+            },
+        )
+        .await;
+        assert_eq!(rollout["status"]["currentStepIndex"], 1, "still paused");
+        assert_eq!(
+            rollout["spec"]["template"]["spec"]["containers"][0]["image"],
+            V2
+        );
+        serve
+            .client()
+            .command(
+                "payments",
+                &OperatorCommand::Promote {
+                    wave: None,
+                    full: false,
+                },
+            )
+            .await
+            .unwrap();
+        let rollout = wait_rollout(
+            &cluster,
+            &serve,
+            "2.0 healthy at 8",
+            Duration::from_secs(90),
+            |r, sets| {
+                sets.get(&h2) == Some(&(8, 8))
+                    && sets.get(&h1).is_none_or(|(n, _)| *n == 0)
+                    && r["status"]["phase"] == "Healthy"
+                    && r["status"]["stableRS"] == h2.as_str()
+            },
+        )
+        .await;
+        assert_eq!(rollout["spec"]["replicas"], 8);
+        assert!(!owns_spec_field(&rollout, "flotilla", "replicas"));
     });
 }

@@ -226,6 +226,7 @@ impl AgentBackend {
                 ObservedRevision {
                     identity: version,
                     counts,
+                    requested: None,
                 },
             );
         }
@@ -237,6 +238,7 @@ impl AgentBackend {
             }),
             serving,
             rollout: None,
+            spec_replicas: None,
             secrets: Default::default(),
         })
     }

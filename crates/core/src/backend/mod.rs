@@ -129,6 +129,19 @@ pub struct ObservedRevision {
     /// Replica counts.
     #[serde(flatten)]
     pub counts: ReplicaCounts,
+    /// The replicas the revision's workload is asked for, when that differs in time from the
+    /// replicas that exist (Kubernetes: the ReplicaSet's `spec.replicas`, its Pods made after;
+    /// None: the backend makes them as it is asked, as the agent does). Whether a decision was
+    /// carried out is judged on this, not on Pods still being scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<i32>,
+}
+
+impl ObservedRevision {
+    /// The replicas the workload is asked for: `requested`, else those that exist.
+    pub fn requested_replicas(&self) -> i32 {
+        self.requested.unwrap_or(self.counts.replicas)
+    }
 }
 
 /// What a cluster really runs, read from the cluster.
@@ -148,6 +161,12 @@ pub struct ClusterObserved {
     /// `spec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<serde_json::Value>,
+    /// The replicas the cluster's Rollout asks for when the cluster owns that number
+    /// (Kubernetes: its live `spec.replicas`, which an HPA scales through the scale subresource
+    /// and, with `rolloutSource: cluster`, Argo CD applies): the engine sizes the revisions by
+    /// it. None: the backend has no such object (the agent), and the spec's count holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_replicas: Option<i32>,
     /// The values of the Secrets `secret_refs` of the desired state named, as read in the
     /// cluster, by (name, key); one absent was not found there. Never serialized.
     #[serde(skip)]
@@ -165,6 +184,7 @@ impl ClusterObserved {
                 .collect(),
             weights: self.weights,
             analysis: BTreeMap::new(),
+            spec_replicas: self.spec_replicas,
         }
     }
 }

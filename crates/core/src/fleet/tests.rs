@@ -232,6 +232,7 @@ impl Sim {
                         stable: 100,
                     })),
                     analysis: BTreeMap::new(),
+                    spec_replicas: None,
                 };
                 (
                     c.to_string(),

@@ -95,6 +95,11 @@ pub struct Observed {
     pub weights: Option<Weights>,
     /// Analysis runs' phases.
     pub analysis: BTreeMap<RunKey, RunReport>,
+    /// The replicas the cluster's own Rollout asks for, when the cluster owns that number (an
+    /// HorizontalPodAutoscaler scaling the Rollout, or the cluster's spec owner): revisions are
+    /// sized by it instead of the spec's `replicas`, as Argo's controller sizes them by the
+    /// live `spec.replicas`. None: the spec's.
+    pub spec_replicas: Option<i32>,
 }
 
 impl Observed {

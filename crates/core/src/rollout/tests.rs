@@ -63,6 +63,8 @@ pub(crate) struct World {
     pub runs: BTreeMap<RunKey, (RunPlan, Run, Vec<Value>)>,
     /// Every action, with the time it was emitted.
     pub log: Vec<(i64, Action)>,
+    /// The replicas an autoscaler set on the cluster's Rollout (None: the spec's).
+    pub autoscaled: Option<i32>,
 }
 
 fn slot_name(slot: AnalysisSlot) -> String {
@@ -107,6 +109,7 @@ impl World {
             scripts: BTreeMap::new(),
             runs: BTreeMap::new(),
             log: Vec::new(),
+            autoscaled: None,
         }
     }
 
@@ -146,6 +149,7 @@ impl World {
             replicas,
             weights: Some(self.weights),
             analysis,
+            spec_replicas: self.autoscaled,
         }
     }
 
@@ -420,6 +424,37 @@ fn without_traffic_routing_weights_follow_replicas_within_surge_and_unavailabili
     world.tick(&[Command::Promote { full: false }]);
     world.run_until(20_000, 1_000);
     assert_eq!(world.state.stable, Some(2));
+    assert_eq!(world.replicas.get(&1), Some(&0));
+}
+
+#[test]
+fn an_autoscaled_rollout_sizes_its_revisions_by_the_clusters_replicas() {
+    // The spec says 2 (what Git holds); an HPA scaled the cluster's Rollout to 6.
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    let base = rollout(2, json!({"canary": {"steps": steps}}), json!({}));
+    let mut world = World::new(base.clone());
+    world.autoscaled = Some(6);
+    world.tick(&[]);
+    world.run_until(3_000, 1_000);
+    assert_eq!(
+        world.replicas.get(&1),
+        Some(&6),
+        "the stable at the HPA's count"
+    );
+    world.deploy(with_image(&base, "demo:2.0"));
+    world.run_until(10_000, 1_000);
+    assert_eq!(world.state.step_index, Some(1));
+    assert_eq!(world.replicas.get(&2), Some(&3), "half of 6, not of 2");
+    assert_eq!(world.replicas.get(&1), Some(&3));
+    // The HPA scales down to 4 mid-pause: both follow.
+    world.autoscaled = Some(4);
+    world.run_until(15_000, 1_000);
+    assert_eq!(world.replicas.get(&2), Some(&2));
+    assert_eq!(world.replicas.get(&1), Some(&2));
+    world.tick(&[Command::Promote { full: false }]);
+    world.run_until(25_000, 1_000);
+    assert_eq!(world.state.stable, Some(2));
+    assert_eq!(world.replicas.get(&2), Some(&4));
     assert_eq!(world.replicas.get(&1), Some(&0));
 }
 
@@ -1295,6 +1330,7 @@ proptest! {
             replicas: [(1, ReplicaCounts { replicas: s.replicas, ready: s.replicas, available: s.replicas })].into_iter().collect(),
             weights: Some(Weights { canary: 0, stable: 100 }),
             analysis: BTreeMap::new(),
+            spec_replicas: None,
         };
         let mut state = RolloutState::default();
         reconcile(&base, &mut state, &observed, &[], 0);

@@ -247,6 +247,7 @@ pub(super) fn simulate(
             replicas: BTreeMap::new(),
             weights: Some(world.weights),
             analysis: BTreeMap::new(),
+            spec_replicas: None,
         },
         diverged: false,
     };

@@ -98,7 +98,18 @@ struct Memory {
     runs_collected: bool,
     /// Flotilla's writes the watches have not shown yet.
     laid: watch::Laid,
+    /// `rolloutSource: flotilla`: the manifest last applied and the `metadata.generation` the
+    /// apply returned. While the Rollout is still at that generation (no one changed its spec
+    /// since) the same manifest is not applied again.
+    applied: Option<(Value, Option<i64>)>,
 }
+
+/// Requests in flight to one API server at most, from every Rollout driven there (a watch
+/// counts until its response starts, not while it streams). Each request in flight is an HTTP/1.1
+/// connection; unbounded, a thousand Rollouts stepping at once open hundreds of TLS
+/// connections and the API server stops accepting them in time. Argo's controller is bounded
+/// likewise, by client-go's rate limiter over one HTTP/2 connection.
+const IN_FLIGHT: usize = 32;
 
 /// How long a Secret read for analysis arguments is used before it is read again (a rotated
 /// credential reaches new measurements within this).
@@ -201,7 +212,10 @@ impl KubeBackend {
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(15));
         config.write_timeout = Some(Duration::from_secs(15));
-        let client = kube::Client::try_from(config).map_err(|e| invalid(error_chain(&e)))?;
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| invalid(error_chain(&e)))?
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT))
+            .build();
         self.check_crds(&client).await?;
         *slot = Some(client.clone());
         Ok(client)
@@ -300,7 +314,8 @@ impl KubeBackend {
     /// The Rollout: from the watch when it is live and has it (with Flotilla's own newer write
     /// over it), else read from the API server.
     async fn read_rollout(&self, client: &kube::Client) -> Result<Option<Value>, BackendError> {
-        if let Some(watched) = self.watches(client).rollout(&self.rollout) {
+        let watches = self.watches(client);
+        if let Some(watched) = watches.rollout(&self.rollout) {
             let rollout = self
                 .memory
                 .lock()
@@ -308,6 +323,18 @@ impl KubeBackend {
                 .laid
                 .rollout(watched);
             return Ok(Some(serde_json::to_value(rollout).unwrap_or_default()));
+        }
+        if watches.rollouts_live() {
+            // One Flotilla just made (applied) and the watch does not show yet.
+            let unseen = self
+                .memory
+                .lock()
+                .expect("memory lock")
+                .laid
+                .unseen_rollout();
+            if let Some(rollout) = unseen {
+                return Ok(Some(serde_json::to_value(rollout).unwrap_or_default()));
+            }
         }
         let found = self.get_rollout(client).await?;
         self.memory
@@ -361,6 +388,30 @@ impl KubeBackend {
         }))
     }
 
+    /// Whether the Rollout holds the manifest of `desired` as Flotilla last applied it: the same
+    /// manifest, and the Rollout still at the generation that apply returned (a spec changed by
+    /// anyone since, an HPA's `spec.replicas` included, is a new generation: applied again).
+    async fn still_applied(
+        &self,
+        client: &kube::Client,
+        desired: &ClusterDesired,
+    ) -> Result<bool, BackendError> {
+        let generation = {
+            let memory = self.memory.lock().expect("memory lock");
+            match &memory.applied {
+                Some((manifest, generation)) if Some(manifest) == desired.rollout.as_ref() => {
+                    *generation
+                }
+                _ => return Ok(false),
+            }
+        };
+        let Some(generation) = generation else {
+            return Ok(false);
+        };
+        let read = self.read_rollout(client).await?;
+        Ok(read.is_some_and(|r| r["metadata"]["generation"].as_i64() == Some(generation)))
+    }
+
     /// Applies the Rollout's spec (`rolloutSource: flotilla`).
     async fn apply_rollout(
         &self,
@@ -374,7 +425,14 @@ impl KubeBackend {
                 field: "rollout".to_owned(),
                 message: "no Rollout manifest to apply".to_owned(),
             })?;
-        let keep_replicas = self.hpa_targets(client).await?;
+        // An HPA owns `spec.replicas` once the Rollout exists; the Rollout is made with the
+        // manifest's count, since an HPA reads a Rollout without one as scaled to 0 and leaves
+        // it alone (autoscaling disabled), as Argo CD's first sync makes it with its count.
+        let keep_replicas = self.hpa_targets(client).await?
+            && self
+                .read_rollout(client)
+                .await?
+                .is_some_and(|r| r["spec"]["replicas"].is_i64());
         let applied = objects::applied_rollout(manifest, self.namespace(), keep_replicas);
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
@@ -387,6 +445,8 @@ impl KubeBackend {
             .await
         {
             Ok(applied) => {
+                self.memory.lock().expect("memory lock").applied =
+                    Some((manifest.clone(), applied.metadata.generation));
                 self.rollout_written(applied);
                 Ok(())
             }
@@ -488,7 +548,7 @@ impl KubeBackend {
 
     async fn converge(&self, desired: &ClusterDesired) -> Result<(), BackendError> {
         let client = self.client().await?;
-        if self.source == RolloutSource::Flotilla {
+        if self.source == RolloutSource::Flotilla && !self.still_applied(&client, desired).await? {
             self.apply_rollout(&client, desired).await?;
         }
         let rollout = self.drivable(self.read_rollout(&client).await?)?;
@@ -703,15 +763,11 @@ impl KubeBackend {
                     ObservedRevision {
                         identity: hash.clone(),
                         counts,
+                        requested: sets.get(hash).map(requested_of),
                     },
                 ))
             })
             .collect();
-        let serving = rollout["status"]["stableRS"]
-            .as_str()
-            .and_then(|hash| sets.get(hash))
-            .and_then(first_image)
-            .map(|image| image_version(&image));
         let restarted = match restart::due(&rollout, (self.clock)()) {
             Some((text, at)) => self
                 .restart(&client, &rollout, &sets, at)
@@ -719,16 +775,31 @@ impl KubeBackend {
                 .then_some(text),
             None => None,
         };
-        if !desired.revisions.is_empty() {
-            self.report(&client, &rollout, desired, &hashes, &counts, restarted)
-                .await?;
+        let mut stable = rollout["status"]["stableRS"].as_str().map(str::to_owned);
+        if !desired.revisions.is_empty()
+            && let Some(written) = self
+                .report(&client, &rollout, desired, &hashes, &counts, restarted)
+                .await?
+        {
+            // The status as this read leaves it: a first deployment's stable is served as
+            // soon as its status says so, not one poll later.
+            stable = Some(written);
         }
+        let serving = stable
+            .and_then(|hash| sets.get(&hash))
+            .and_then(first_image)
+            .map(|image| image_version(&image));
         Ok(ClusterObserved {
             revisions,
             weights: None,
             serving,
             rollout: (self.source == RolloutSource::Cluster)
                 .then(|| objects::held_rollout(&rollout)),
+            // Argo sizes the ReplicaSets by the live count (an HPA's, or Argo CD's), and so
+            // does the engine.
+            spec_replicas: rollout["spec"]["replicas"]
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok()),
             secrets: self.secrets(&client, &desired.secret_refs).await,
         })
     }
@@ -1082,6 +1153,7 @@ impl KubeBackend {
 
     /// Writes the engine's progress in the Rollout's status when a field differs, after taking
     /// the operator commands the status carries (left in place until the engine reacts).
+    /// Returns the `stableRS` the status holds after it (None: unchanged by this call, as read).
     async fn report(
         &self,
         client: &kube::Client,
@@ -1090,7 +1162,7 @@ impl KubeBackend {
         hashes: &BTreeMap<RevisionNumber, String>,
         counts: &BTreeMap<String, ReplicaCounts>,
         restarted: Option<String>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<String>, BackendError> {
         let progress = serde_json::to_value(&desired.progress).unwrap_or_default();
         {
             let mut memory = self.memory.lock().expect("memory lock");
@@ -1111,7 +1183,7 @@ impl KubeBackend {
             }
             if let Some((held, since)) = &memory.hold {
                 if *held == progress && since.elapsed() < OPERATOR_HOLD {
-                    return Ok(());
+                    return Ok(None);
                 }
                 memory.hold = None;
             }
@@ -1153,9 +1225,10 @@ impl KubeBackend {
             wanted["restartedAt"] = json!(at);
         }
         let current = &rollout["status"];
+        let stable = wanted["stableRS"].as_str().map(str::to_owned);
         if status::holds(current, &wanted) {
             self.memory.lock().expect("memory lock").written = vec![wanted];
-            return Ok(());
+            return Ok(stable);
         }
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), self.namespace(), &rollout_resource());
@@ -1195,11 +1268,11 @@ impl KubeBackend {
                 let notices = events::of_status(rollout, current, &wanted, hashes, &phases);
                 self.memory.lock().expect("memory lock").written = vec![wanted];
                 self.post_events(client, rollout, &notices).await;
-                Ok(())
+                Ok(stable)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 tracing::debug!(cluster = %self.cluster, "the Rollout changed since it was read; its status is written at the next poll");
-                Ok(())
+                Ok(None)
             }
             Err(error) => {
                 // The write may have landed: both the status before and the one sent are
@@ -1235,6 +1308,12 @@ fn counts_of(rs: &ReplicaSet) -> ReplicaCounts {
         ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
         available: status.and_then(|s| s.available_replicas).unwrap_or(0),
     }
+}
+
+/// The replicas a ReplicaSet is asked for (`spec.replicas`, 1 when unset as the API server
+/// defaults it): what Flotilla decided, however many Pods the ReplicaSet controller made yet.
+fn requested_of(rs: &ReplicaSet) -> i32 {
+    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
 }
 
 /// The image of a ReplicaSet's first container.

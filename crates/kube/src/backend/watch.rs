@@ -148,6 +148,12 @@ impl Watches {
         self.rollouts.store.get(&key)
     }
 
+    /// Whether the Rollouts' watch is live (then a Rollout it does not have is either absent or
+    /// not shown yet).
+    pub fn rollouts_live(&self) -> bool {
+        self.rollouts.live.load(Ordering::SeqCst)
+    }
+
     /// The ReplicaSets a controller reference to `uid` owns, as the watch has them; None when
     /// the watch is not live.
     pub fn replica_sets(&self, uid: &str) -> Option<Vec<Arc<ReplicaSet>>> {
@@ -200,6 +206,15 @@ impl Laid {
         if let Some(name) = rs.metadata.name.clone() {
             self.replica_sets.insert(name, (Instant::now(), rs));
         }
+    }
+
+    /// The Rollout as Flotilla last wrote it, when that was within the last [`LAID_FOR`]: read
+    /// while the watch has not shown it yet (one Flotilla just made).
+    pub fn unseen_rollout(&self) -> Option<DynamicObject> {
+        self.rollout
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < LAID_FOR)
+            .map(|(_, written)| written.clone())
     }
 
     /// Forgets the Rollout's write (a direct read is newer than any).
@@ -305,6 +320,19 @@ mod tests {
             0,
             "a newer change by someone else wins"
         );
+    }
+
+    #[test]
+    fn a_rollout_just_made_is_read_back_before_the_watch_shows_it() {
+        let mut laid = Laid::default();
+        assert!(laid.unseen_rollout().is_none());
+        laid.rollout_written(rollout("7", 0));
+        assert_eq!(
+            laid.unseen_rollout().map(|r| r.metadata.resource_version),
+            Some(Some("7".to_owned()))
+        );
+        laid.forget_rollout();
+        assert!(laid.unseen_rollout().is_none(), "a direct read replaces it");
     }
 
     #[test]

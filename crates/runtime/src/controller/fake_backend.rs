@@ -158,6 +158,7 @@ impl FakeBackend {
                             ready: n,
                             available: n,
                         },
+                        requested: None,
                     },
                 )
             })
@@ -167,6 +168,7 @@ impl FakeBackend {
             weights: Some(weights),
             serving,
             rollout: state.held.clone(),
+            spec_replicas: None,
             secrets: Default::default(),
         })
     }

@@ -196,6 +196,17 @@ pub(super) fn reconcile_canary(
             return;
         }
         let step = &steps[index as usize];
+        if step.set_weight.is_none() && step.set_canary_scale.is_none() {
+            // Between weights (a pause, an analysis, a route step) the revisions stay sized for
+            // the weight the completed steps set, re-counted when the cluster's replicas change
+            // (an HPA scaling the Rollout mid-pause), as Argo re-counts them on every reconcile.
+            let weight = steps[..index as usize]
+                .iter()
+                .rev()
+                .find_map(|s| s.set_weight)
+                .unwrap_or(0);
+            hold_weight(ctx, state, canary, current, stable, weight);
+        }
         let done = if let Some(weight) = step.set_weight {
             let (want_canary, want_stable) = canary_replicas(ctx, state, canary, weight);
             let (canary_target, stable_target) = if routed {
@@ -326,6 +337,25 @@ pub(super) fn reconcile_canary(
             format!("step {} of {} completed", index + 1, steps_len),
         );
     }
+}
+
+/// Keeps both revisions sized for `weight` (a canary and stable already there emit nothing).
+fn hold_weight(
+    ctx: &mut Ctx<'_>,
+    state: &mut RolloutState,
+    canary: &CanaryStrategy,
+    current: RevisionNumber,
+    stable: RevisionNumber,
+    weight: i32,
+) {
+    let (want_canary, want_stable) = canary_replicas(ctx, state, canary, weight);
+    let (canary_target, stable_target) = if canary.traffic_routing.is_some() {
+        (want_canary, want_stable)
+    } else {
+        basic_canary_targets(ctx, canary, current, stable, want_canary, want_stable)
+    };
+    scale(ctx, state, current, canary_target);
+    scale(ctx, state, stable, stable_target);
 }
 
 /// Argo's basic canary: move toward the targets without exceeding `replicas + maxSurge` pods

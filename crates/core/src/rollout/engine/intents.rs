@@ -33,7 +33,11 @@ pub(super) struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub(super) fn replicas(&self) -> i32 {
-        self.rollout.spec.replicas.unwrap_or(1).max(0)
+        self.observed
+            .spec_replicas
+            .or(self.rollout.spec.replicas)
+            .unwrap_or(1)
+            .max(0)
     }
 
     pub(super) fn event(&mut self, reason: &str, message: impl Into<String>) {

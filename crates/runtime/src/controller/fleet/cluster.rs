@@ -225,8 +225,12 @@ async fn poll(
         if !reported.is_empty() {
             Arc::make_mut(&mut desired).runs = reported;
         }
+        // Dated when the read began: a read that began before an action was carried out may
+        // show the cluster without it, however late it ends (a slow API server), and must not
+        // be taken for the cluster after the action.
+        let began = Instant::now();
         let result = backend.observe(&desired).await;
-        *latest.lock().expect("observation lock") = Some((Instant::now(), result));
+        *latest.lock().expect("observation lock") = Some((began, result));
         match backend.commands().await {
             Ok(new) if !new.is_empty() => commands.lock().expect("commands lock").extend(new),
             Ok(_) => {}

@@ -68,7 +68,7 @@ fn divergence(
         let running = observed
             .revisions
             .get(&current)
-            .map_or(0, |r| r.counts.replicas);
+            .map_or(0, |r| r.requested_replicas());
         if (desired > 0 && running < desired) || (desired == 0 && running > 0) {
             return Some(format!(
                 "its canary ({}) has {running} replicas, not {desired}",
@@ -237,5 +237,77 @@ impl FleetController {
         for name in correct {
             self.reassert_cluster(&name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_core::backend::ObservedRevision;
+    use flotilla_core::rollout::{ReplicaCounts, Revision};
+
+    /// A canary of 2 (hash `b`, 2.0) over a stable 1 (hash `a`, 1.0), asked for 2 replicas.
+    fn engine() -> (RolloutState, BTreeMap<String, String>) {
+        let state = RolloutState {
+            revisions: vec![
+                Revision {
+                    number: 1,
+                    hash: "a".into(),
+                },
+                Revision {
+                    number: 2,
+                    hash: "b".into(),
+                },
+            ],
+            stable: Some(1),
+            current: Some(2),
+            desired_replicas: [(1, 2), (2, 2)].into_iter().collect(),
+            ..Default::default()
+        };
+        let images = [("a", "app:1.0"), ("b", "app:2.0")]
+            .into_iter()
+            .map(|(h, i)| (h.to_owned(), i.to_owned()))
+            .collect();
+        (state, images)
+    }
+
+    fn observed(canary_exists: i32, requested: Option<i32>) -> ClusterObserved {
+        let revision = |identity: &str, replicas: i32, requested: Option<i32>| ObservedRevision {
+            identity: identity.into(),
+            counts: ReplicaCounts {
+                replicas,
+                ready: replicas,
+                available: replicas,
+            },
+            requested,
+        };
+        ClusterObserved {
+            revisions: [
+                (1, revision("a", 2, Some(2))),
+                (2, revision("b", canary_exists, requested)),
+            ]
+            .into_iter()
+            .collect(),
+            serving: Some("1.0".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_canary_asked_for_its_replicas_is_not_repaired_while_its_pods_are_made() {
+        let (engine, images) = engine();
+        // Kubernetes: the ReplicaSet says 2, its Pods are still being scheduled.
+        assert_eq!(divergence(&engine, &images, &observed(0, Some(2))), None);
+        // The ReplicaSet was scaled back by someone: repaired.
+        assert_eq!(
+            divergence(&engine, &images, &observed(2, Some(1))).as_deref(),
+            Some("its canary (2.0) has 1 replicas, not 2")
+        );
+        // A backend that makes them as asked (the agent): the count that exists.
+        assert_eq!(
+            divergence(&engine, &images, &observed(0, None)).as_deref(),
+            Some("its canary (2.0) has 0 replicas, not 2")
+        );
+        assert_eq!(divergence(&engine, &images, &observed(2, None)), None);
     }
 }

@@ -456,3 +456,96 @@ spec:
         outcome.diagnostics
     );
 }
+
+/// On a Kubernetes cluster, a Rollout routed through a router Flotilla does not drive there
+/// (Istio, SMI, NGINX, another plugin…) is an error naming the router, never a silent fallback
+/// to replica ratios; Gateway API routes are driven, and their configuration is checked by
+/// field (a TCPRoute is named); the same Rollout on an HTTPRoute lints clean of the rule.
+#[test]
+fn a_router_kubernetes_does_not_drive_is_refused_by_name() {
+    let fleet = |routing: &str| {
+        format!(
+            r#"apiVersion: flotilla.dev/v1alpha1
+kind: Fleet
+metadata: {{name: shop}}
+spec:
+  clusters:
+    - {{name: east, endpoint: {{kubernetes: {{kubeconfig: /nonexistent/kubeconfig, namespace: default}}}}}}
+---
+apiVersion: flotilla.dev/v1alpha1
+kind: FleetRollout
+metadata: {{name: app}}
+spec:
+  fleet: shop
+  rollout: app
+  waves:
+    list:
+      - {{cluster: east, wave: 1}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {{name: app}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: app}}}}
+  template:
+    metadata: {{labels: {{app: app}}}}
+    spec:
+      containers: [{{name: app, image: "app:1.0"}}]
+  strategy:
+    canary:
+      canaryService: app-canary
+      stableService: app-stable
+      trafficRouting:
+{routing}
+      steps:
+        - setWeight: 10
+        - pause: {{}}
+"#
+        )
+    };
+    let refused = |routing: &str| -> Vec<Value> {
+        let (_dir, path) = temp_file("fleet.yaml", fleet(routing).as_bytes());
+        let outcome = lint(&[path.to_str().unwrap()]);
+        errors(&outcome)
+            .into_iter()
+            .filter(|d| d["rule"] == "backend/capability")
+            .cloned()
+            .collect()
+    };
+    for (routing, path, said) in [
+        (
+            "        istio:\n          virtualService: {name: app}",
+            "spec.strategy.canary.trafficRouting.istio",
+            "lacks traffic provider istio",
+        ),
+        (
+            "        smi: {}",
+            "spec.strategy.canary.trafficRouting.smi",
+            "lacks traffic provider smi",
+        ),
+        (
+            "        plugins:\n          argoproj-labs/contour: {httpProxy: app}",
+            "spec.strategy.canary.trafficRouting.plugins[argoproj-labs/contour]",
+            "lacks traffic provider plugins/argoproj-labs/contour",
+        ),
+        (
+            "        plugins:\n          argoproj-labs/gatewayAPI: {tcpRoute: app}",
+            "spec.strategy.canary.trafficRouting.plugins[argoproj-labs/gatewayAPI].tcpRoute",
+            "tcpRoute is not driven",
+        ),
+    ] {
+        let found = refused(routing);
+        assert_eq!(found.len(), 1, "{routing}: {found:#?}");
+        assert_eq!(found[0]["path"], path, "{found:#?}");
+        let message = found[0]["message"].as_str().unwrap();
+        assert!(
+            message.contains("cluster \"east\" (kubernetes)") && message.contains(said),
+            "{message}"
+        );
+    }
+    assert!(
+        refused("        plugins:\n          argoproj-labs/gatewayAPI: {httpRoute: app}")
+            .is_empty()
+    );
+}

@@ -5,6 +5,10 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command};
 
+/// The Kubernetes tests' shared parts.
+#[cfg(feature = "kubernetes-tests")]
+pub mod k8s;
+
 /// The `flotilla` binary under test.
 pub fn flotilla() -> Command {
     Command::new(env!("CARGO_BIN_EXE_flotilla"))

@@ -11,7 +11,8 @@
 # printed as the last stdout line. Go's module and build caches live in the same cache root
 # (go-mod/, go-build/) unless GOMODCACHE/GOCACHE are set. `--print-dir` prints the directory
 # without building; `--module-dir MODULE` prints where the module cache holds a module of this
-# graph (downloading it if needed); `--podhash` builds the podhash helper and prints its path.
+# graph (downloading it if needed), `--crd-module-dir MODULE` one of crds/go.mod (the CRDs of
+# Gateway API and Istio); `--podhash` builds the podhash helper and prints its path.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE"
@@ -30,6 +31,13 @@ case "${1:-}" in
   # --module-dir MODULE: the source directory of a module of this graph in the module cache
   # (e.g. Argo Rollouts' CRDs are under github.com/argoproj/argo-rollouts's manifests/crds).
   --module-dir)
+    go mod download "$2"
+    go list -m -f '{{.Dir}}' "$2"
+    exit 0 ;;
+  # --crd-module-dir MODULE: the same, for a module of crds/go.mod (Gateway API's and Istio's
+  # CRDs, read from their modules at test time; nothing of them is built).
+  --crd-module-dir)
+    cd crds
     go mod download "$2"
     go list -m -f '{{.Dir}}' "$2"
     exit 0 ;;

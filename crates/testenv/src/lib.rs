@@ -105,6 +105,39 @@ pub fn argo_rollouts_crds() -> Result<Vec<PathBuf>, Error> {
     Ok(crds)
 }
 
+/// Where the module cache holds a module of `tools/k8s-testenv/crds/go.mod` (the CRDs of Gateway
+/// API and Istio), downloaded from the module proxy if needed.
+pub fn crd_module_dir(module: &str) -> Result<PathBuf, Error> {
+    run_build(&["--crd-module-dir", module])
+        .map(PathBuf::from)
+        .map_err(Error::Build)
+}
+
+/// Gateway API's standard-channel CRDs (HTTPRoute, GRPCRoute, Gateway, GatewayClass,
+/// ReferenceGrant, BackendTLSPolicy), one file each, from the `sigs.k8s.io/gateway-api` module
+/// `crds/go.mod` pins: the API server then checks every route write against Gateway API's own
+/// schema and CEL rules.
+pub fn gateway_api_crds() -> Result<Vec<PathBuf>, Error> {
+    let dir = crd_module_dir("sigs.k8s.io/gateway-api")?.join("config/crd/standard");
+    let mut crds: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(io(format!("reading {}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("gateway.networking.k8s.io_") && n.ends_with(".yaml")
+            })
+        })
+        .collect();
+    crds.sort();
+    if crds.is_empty() {
+        return Err(Error::Build(format!(
+            "no gateway.networking.k8s.io_*.yaml in {}",
+            dir.display()
+        )));
+    }
+    Ok(crds)
+}
+
 /// Runs build.sh with `args`; its last stdout line is the answer.
 fn run_build(args: &[&str]) -> Result<String, String> {
     let script = tools_dir().join("build.sh");

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::rollout::Rollout;
+use crate::spec::rollout::{GATEWAY_API_PLUGIN, GatewayApiRouting, Rollout};
 
 /// Which traffic providers a backend drives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,9 +73,29 @@ pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
             .chain(routing.plugin_names().map(|p| format!("plugins/{p}")));
         for name in named {
             if !known.contains(&name) {
+                let field = match name.strip_prefix("plugins/") {
+                    Some(plugin) => format!("plugins[{plugin}]"),
+                    None => name.clone(),
+                };
                 out.push(Missing {
                     capability: format!("traffic provider {name}"),
-                    path: format!("spec.strategy.canary.trafficRouting.{name}"),
+                    path: format!("spec.strategy.canary.trafficRouting.{field}"),
+                });
+            } else if let Some(config) = name
+                .strip_prefix("plugins/")
+                .filter(|p| *p == GATEWAY_API_PLUGIN)
+                .and_then(|p| routing.plugins.get(p))
+                && let Err(error) = GatewayApiRouting::parse(config)
+            {
+                let mut path =
+                    format!("spec.strategy.canary.trafficRouting.plugins[{GATEWAY_API_PLUGIN}]");
+                if !error.path.is_empty() {
+                    path.push('.');
+                    path.push_str(&error.path);
+                }
+                out.push(Missing {
+                    capability: format!("Gateway API routing as configured: {}", error.message),
+                    path,
                 });
             }
         }

@@ -78,6 +78,21 @@ pub enum BackendError {
         /// The cluster's own words.
         message: String,
     },
+    /// Another writer keeps changing back the traffic weights Flotilla writes on a route (Argo
+    /// CD's self-heal without `ignoreDifferences` on the weights, say): the cluster is held with
+    /// a condition naming the route and that writer's field manager, and the backend stops
+    /// writing the route for a while instead of fighting it.
+    #[error(
+        "traffic routing conflict: {route}: its weights are changed back by {manager}: {message}"
+    )]
+    TrafficRoutingConflict {
+        /// The route (`HTTPRoute default/web`).
+        route: String,
+        /// The field manager that changed the weights back.
+        manager: String,
+        /// The cluster's own words.
+        message: String,
+    },
     /// The cluster refused the desired state as invalid: the cluster is held with a condition
     /// naming the field until the desired state changes.
     #[error("invalid {field}: {message}")]
@@ -115,6 +130,13 @@ impl BackendError {
                 manager,
                 message,
             } => format!("OwnershipConflict: {field} is owned by {manager}: {message}"),
+            BackendError::TrafficRoutingConflict {
+                route,
+                manager,
+                message,
+            } => format!(
+                "TrafficRoutingConflict: {route}: its weights are changed back by {manager}: {message}"
+            ),
         }
     }
 }

@@ -21,8 +21,10 @@
 pub mod clients;
 pub mod commands;
 pub mod events;
+pub mod gateway;
 pub mod objects;
 pub mod restart;
+pub mod routes;
 pub mod status;
 pub mod watch;
 
@@ -102,6 +104,8 @@ struct Memory {
     /// apply returned. While the Rollout is still at that generation (no one changed its spec
     /// since) the same manifest is not applied again.
     applied: Option<(Value, Option<i64>)>,
+    /// Each traffic route written, by kind and name (`HTTPRoute default/web`).
+    routes: BTreeMap<String, routes::RouteMemory>,
 }
 
 /// Requests in flight to one API server at most, from every Rollout driven there (a watch
@@ -130,13 +134,17 @@ fn analysis_run_resource() -> ApiResource {
 }
 
 impl KubeBackend {
-    /// What a Kubernetes backend can do: replica-based canaries and blue-green (traffic routers
-    /// come with their own issue), no header or mirror routes.
+    /// What a Kubernetes backend can do: replica-based canaries and blue-green, and canaries
+    /// routed by weight through Gateway API routes (`argoproj-labs/gatewayAPI`, with header
+    /// routes of up to 16 header conditions, Gateway API's own bound); no mirror routes.
     pub fn capabilities() -> Capabilities {
         Capabilities {
             backend: "kubernetes".to_owned(),
-            traffic: TrafficProviders::Only(Vec::new()),
-            header_route_matches: 0,
+            traffic: TrafficProviders::Only(vec![format!(
+                "plugins/{}",
+                flotilla_core::spec::rollout::GATEWAY_API_PLUGIN
+            )]),
+            header_route_matches: 16,
             mirroring: false,
             mirror_headers: 0,
             mirror_method_path: false,
@@ -622,8 +630,22 @@ impl KubeBackend {
         let pointed = self
             .point_services(&client, &rollout, desired, &hashes, &existing)
             .await;
-        self.post_events(&client, &rollout, &notices).await;
-        pointed
+        // The routes' weights once the Services select their revisions (as Argo orders them).
+        let routed = match pointed {
+            Ok(()) => self.route_traffic(&client, &rollout, desired).await,
+            Err(e) => Err(e),
+        };
+        match routed {
+            Ok(weights) => {
+                notices.extend(weights);
+                self.post_events(&client, &rollout, &notices).await;
+                Ok(())
+            }
+            Err(e) => {
+                self.post_events(&client, &rollout, &notices).await;
+                Err(e)
+            }
+        }
     }
 
     /// Posts `notices` as Events on the Rollout as read, best effort: a refused Event (no
@@ -789,9 +811,10 @@ impl KubeBackend {
             .and_then(|hash| sets.get(&hash))
             .and_then(first_image)
             .map(|image| image_version(&image));
+        let weights = self.routed_weights(&client, &rollout, desired).await?;
         Ok(ClusterObserved {
             revisions,
-            weights: None,
+            weights,
             serving,
             rollout: (self.source == RolloutSource::Cluster)
                 .then(|| objects::held_rollout(&rollout)),

@@ -1,0 +1,480 @@
+//! Traffic routing on Kubernetes, end to end: Rollouts whose canary's weight goes through a
+//! Gateway API HTTPRoute (`trafficRouting.plugins["argoproj-labs/gatewayAPI"]`, as Argo's users
+//! configure the plugin), in clusters of the test environment with Gateway API's own CRDs (from
+//! its Go module, so the API server's schema and CEL rules check every write Flotilla makes).
+//! The weights are read back from the routes after every step.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::k8s::{
+    ANALYSED_STEPS, Cluster, Series, Serve, V1, V2, argo_hash, cluster_view, exporter, managers,
+    manifests, one_at_a_time, set_image, start_env_with, status_of, wait_rollout,
+    write_serve_config,
+};
+use common::runtime;
+use flotilla_runtime::demo;
+use flotilla_testenv::{TestEnv, gateway_api_crds};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const CANARY_LABEL: &str = "rollouts.argoproj.io/gatewayapi-canary";
+
+/// A test environment of `clusters` clusters with Argo Rollouts' and Gateway API's CRDs.
+fn start_env(clusters: usize) -> TestEnv {
+    start_env_with(clusters, gateway_api_crds().expect("Gateway API's CRDs"))
+}
+
+/// The manifests of the fleet story with the Rollout's canary routed through HTTPRoute
+/// `payments` (Flotilla applies the Rollout).
+fn routed_manifests(env: &TestEnv, prometheus: Option<&str>, steps: &str) -> String {
+    manifests(env, prometheus, steps).replace(
+        "      steps:\n",
+        "      trafficRouting:\n        plugins:\n          argoproj-labs/gatewayAPI: {httpRoute: payments, namespace: default}\n      steps:\n",
+    )
+}
+
+fn routes(cluster: &Cluster) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        cluster.client.clone(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "gateway.networking.k8s.io",
+            "v1",
+            "HTTPRoute",
+        )),
+    )
+}
+
+/// HTTPRoute `payments` as Argo CD would sync it from Git: all traffic on the stable Service,
+/// and a second rule (static files) that is not the Rollout's.
+fn route_manifest() -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "payments", "namespace": "default"},
+        "spec": {
+            "parentRefs": [{"name": "shop"}],
+            "rules": [
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                 "backendRefs": [
+                    {"name": "payments-stable", "port": 80, "weight": 100},
+                    {"name": "payments-canary", "port": 80, "weight": 0}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/static"}}],
+                 "backendRefs": [{"name": "payments-stable", "port": 80}]}
+            ]
+        }
+    })
+}
+
+async fn create_route(cluster: &Cluster) {
+    let route: DynamicObject = serde_json::from_value(route_manifest()).unwrap();
+    routes(cluster)
+        .create(&PostParams::default(), &route)
+        .await
+        .expect("the HTTPRoute");
+}
+
+async fn route(cluster: &Cluster) -> Option<Value> {
+    routes(cluster)
+        .get_opt("payments")
+        .await
+        .unwrap()
+        .map(|r| serde_json::to_value(r).unwrap())
+}
+
+/// The (canary, stable) weights of the route's first rule.
+fn weights(route: &Value) -> (i64, i64) {
+    let refs = route["spec"]["rules"][0]["backendRefs"].as_array().unwrap();
+    let of = |name: &str| {
+        refs.iter()
+            .find(|b| b["name"] == name)
+            .and_then(|b| b["weight"].as_i64())
+            .unwrap_or(1)
+    };
+    (of("payments-canary"), of("payments-stable"))
+}
+
+/// Three clusters in three waves, each routing through its own HTTPRoute: the first completes
+/// with the route's weights read back after every step (34, 67, then all on the new stable);
+/// the second regresses and its canary's weight is 0 within one reconcile of the decision; the
+/// third is held with its route untouched.
+#[test]
+fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alone() {
+    let _one = one_at_a_time();
+    let env = start_env(3);
+    let dir = tempfile::tempdir().unwrap();
+    let series: Series = Arc::default();
+    let exporter = exporter(series.clone());
+    let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
+        .expect("prometheus (apt-get install prometheus)");
+    let text = routed_manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS);
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    {
+        let mut series = series.lock().unwrap();
+        for (i, cluster) in env.clusters().iter().enumerate() {
+            series.insert((cluster.name.clone(), h1.clone()), 0.0);
+            series.insert(
+                (cluster.name.clone(), h2.clone()),
+                if i == 1 { 0.4 } else { 0.0 },
+            );
+        }
+    }
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut clusters = Vec::new();
+        for cluster in env.clusters() {
+            let cluster = Cluster::prepare(cluster).await;
+            create_route(&cluster).await;
+            clusters.push(cluster);
+        }
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 everywhere", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        for cluster in &clusters {
+            wait_rollout(
+                cluster,
+                &serve,
+                "1.0 healthy",
+                Duration::from_secs(60),
+                |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
+            )
+            .await;
+            // A first deployment asks no weight of the route: Git's stand.
+            assert_eq!(weights(&route(cluster).await.unwrap()), (0, 100));
+        }
+
+        set_image(&serve, V2).await;
+        // cluster-0: the route read back at every step, beside the Rollout's status.
+        let mut seen: Vec<(i64, (i64, i64), bool)> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let rollout = clusters[0].rollout().await.unwrap();
+            let route = route(&clusters[0]).await.unwrap();
+            let step = rollout["status"]["currentStepIndex"].as_i64().unwrap_or(-1);
+            let labelled = route["metadata"]["labels"][CANARY_LABEL] == "in-progress";
+            if rollout["status"]["currentPodHash"] == h2.as_str() {
+                let now = (step, weights(&route), labelled);
+                if seen.last() != Some(&now) {
+                    seen.push(now);
+                }
+                // The status says the weight the route has, once the step is past it.
+                if (1..=2).contains(&step) {
+                    assert_eq!(weights(&route), (34, 66), "step {step}");
+                    assert_eq!(
+                        rollout["status"]["canary"]["weights"]["canary"]["weight"],
+                        34
+                    );
+                }
+                if rollout["status"]["stableRS"] == h2.as_str()
+                    && rollout["status"]["phase"] == "Healthy"
+                    && weights(&route) == (0, 100)
+                {
+                    assert!(
+                        !labelled,
+                        "the in-progress label outlived the canary: {route}"
+                    );
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster-0 did not complete 2.0: seen {seen:?}, {}\n{}",
+                rollout["status"],
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for weight in [(34, 66), (67, 33)] {
+            assert!(
+                seen.iter()
+                    .any(|(_, w, labelled)| *w == weight && *labelled),
+                "weight {weight:?} not read back with the label: {seen:?}"
+            );
+        }
+        // The rule that is not the Rollout's is as Git has it.
+        let r0 = route(&clusters[0]).await.unwrap();
+        let (theirs, git) = (
+            &r0["spec"]["rules"][1],
+            &route_manifest()["spec"]["rules"][1],
+        );
+        assert_eq!(theirs["matches"], git["matches"]);
+        assert_eq!(theirs["backendRefs"].as_array().unwrap().len(), 1);
+        assert_eq!(theirs["backendRefs"][0]["name"], "payments-stable");
+        assert_eq!(
+            theirs["backendRefs"][0]["weight"], 1,
+            "the API server's default, untouched"
+        );
+        // Every write went through the API server's own validation: the route is v1 and its
+        // rules keep the schema's defaults.
+        assert_eq!(r0["spec"]["rules"][0]["backendRefs"][0]["kind"], "Service");
+
+        // cluster-1 regresses: its route's canary weight drops to 0 right after the decision.
+        let mut zeroed = None;
+        let mut had_weight = false;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while zeroed.is_none() {
+            let (canary, _) = weights(&route(&clusters[1]).await.unwrap());
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            if canary > 0 {
+                had_weight = true;
+            } else if had_weight {
+                zeroed = Some(at);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster-1's route: {}",
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let view = serve
+            .wait_for("cluster-1 rolled back", Duration::from_secs(60), |v| {
+                status_of(v, "cluster-1") == "RolledBack"
+            })
+            .await;
+        let decided = cluster_view(&view, "cluster-1")
+            .decided_at
+            .expect("decided at") as i64;
+        let took = zeroed.unwrap() - decided;
+        eprintln!("decision to weight 0 in cluster-1's HTTPRoute: {took} ms (tick 300 ms)");
+        assert!(
+            took <= 300 + 100,
+            "the weight went to 0 {took} ms after the decision (more than one 300 ms tick)"
+        );
+        assert_eq!(status_of(&view, "cluster-0"), "Validated", "{view:#?}");
+        assert_eq!(status_of(&view, "cluster-2"), "Held", "{view:#?}");
+        let r1 = wait_rollout(
+            &clusters[1],
+            &serve,
+            "cluster-1 aborted",
+            Duration::from_secs(30),
+            |r, _| r["status"]["abort"] == true && r["status"]["phase"] == "Degraded",
+        )
+        .await;
+        assert_eq!(r1["status"]["stableRS"], h1.as_str());
+        let route1 = route(&clusters[1]).await.unwrap();
+        assert_eq!(weights(&route1), (0, 100));
+        assert!(
+            route1["metadata"]["labels"].get(CANARY_LABEL).is_none(),
+            "{route1}"
+        );
+        // The validated cluster keeps the new version, all its traffic on it; the held one's
+        // route was never written.
+        assert_eq!(
+            clusters[0].selector("payments-stable").await.as_deref(),
+            Some(h2.as_str())
+        );
+        assert_eq!(weights(&route(&clusters[0]).await.unwrap()), (0, 100));
+        let route2 = route(&clusters[2]).await.unwrap();
+        assert!(
+            !managers(&route2).iter().any(|m| m == "flotilla"),
+            "{route2}"
+        );
+        let events = clusters[0].events().await;
+        assert!(
+            events.iter().any(|e| e
+                .starts_with("Normal TrafficWeightUpdated: Traffic weight updated from 0 to 34")),
+            "{events:#?}"
+        );
+        drop(serve);
+    });
+    drop(prometheus);
+}
+
+/// One HTTPRoute, three other writers: one edits another rule all through the canary (neither
+/// its changes nor Flotilla's weights are lost), one deletes the route mid-rollout (the cluster
+/// is held with a condition naming it, the canary not advanced, until it is back), and one keeps
+/// reverting the weights as Argo CD's self-heal would (named in a `TrafficRoutingConflict`
+/// after a bounded number of attempts, with its field manager).
+#[test]
+fn a_route_shared_with_other_writers_keeps_their_changes_and_names_a_fighter() {
+    let _one = one_at_a_time();
+    let env = start_env(1);
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "        - setWeight: 10\n        - setHeaderRoute:\n            name: beta\n            match: [{headerName: x-beta, headerValue: {exact: \"1\"}}]\n        - pause: {duration: 1s}\n        - setWeight: 20\n        - pause: {duration: 1s}\n        - setWeight: 30\n        - pause: {duration: 1s}\n        - setWeight: 40\n        - pause: {duration: 2s}\n        - setWeight: 50\n        - pause: {}\n";
+    let text = routed_manifests(&env, None, steps).replace(
+        "{httpRoute: payments, namespace: default}\n",
+        "{httpRoute: payments, namespace: default}\n        managedRoutes: [{name: beta}]\n",
+    );
+    std::fs::write(dir.path().join("manifests.yaml"), text).unwrap();
+    write_serve_config(dir.path());
+    let h1 = argo_hash(V1);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        create_route(&cluster).await;
+        let serve = Serve::start(dir.path());
+        wait_rollout(
+            &cluster,
+            &serve,
+            "1.0 healthy",
+            Duration::from_secs(90),
+            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
+        )
+        .await;
+        set_image(&serve, V2).await;
+
+        // Another writer edits the static rule's path all through the canary (Get, then
+        // Update with the resourceVersion read, again on a conflict), as another team's
+        // controller would.
+        let api = routes(&cluster);
+        let mut edits = 0;
+        let mut conflicts = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut read = serde_json::to_value(api.get("payments").await.unwrap()).unwrap();
+            read["spec"]["rules"][1]["matches"][0]["path"]["value"] =
+                json!(format!("/static-{edits}"));
+            let object: DynamicObject = serde_json::from_value(read).unwrap();
+            let params = PostParams {
+                field_manager: Some("static-team".to_owned()),
+                ..PostParams::default()
+            };
+            match api.replace("payments", &params, &object).await {
+                Ok(_) => edits += 1,
+                Err(kube::Error::Api(status)) if status.code == 409 => conflicts += 1,
+                Err(e) => panic!("the other writer: {e}"),
+            }
+            let rollout = cluster.rollout().await.unwrap();
+            if rollout["status"]["currentStepIndex"] == 8 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "step 8 (pause 2s) not reached: {}",
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        eprintln!("the other writer: {edits} edits, {conflicts} conflicts");
+        let read = route(&cluster).await.unwrap();
+        assert_eq!(
+            read["spec"]["rules"][1]["matches"][0]["path"]["value"],
+            format!("/static-{}", edits - 1)
+        );
+        assert_eq!(weights(&read), (40, 60), "{read}");
+        // The header route, as a rule of its own: the weighted rule's match narrowed by the
+        // header, to the canary only (the API server's CEL rules accepted its name).
+        let beta = read["spec"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "beta")
+            .unwrap_or_else(|| panic!("no header route rule: {read}"))
+            .clone();
+        assert_eq!(beta["matches"][0]["path"]["value"], "/");
+        assert_eq!(
+            beta["matches"][0]["headers"][0],
+            json!({"type": "Exact", "name": "x-beta", "value": "1"})
+        );
+        assert_eq!(beta["backendRefs"].as_array().unwrap().len(), 1);
+        assert_eq!(beta["backendRefs"][0]["name"], "payments-canary");
+
+        // The route deleted mid-rollout (in step 9's 2 s pause): the next weight cannot be
+        // set or verified, so the canary is held at step 10 (setWeight 50) and the cluster's condition names
+        // the route; once the route is back, the rollout goes on.
+        api.delete("payments", &Default::default()).await.unwrap();
+        let view = serve
+            .wait_for("the missing route named", Duration::from_secs(30), |v| {
+                cluster_view(v, "cluster-0")
+                    .condition
+                    .as_deref()
+                    .is_some_and(|c| c.contains("HTTPRoute default/payments not found"))
+            })
+            .await;
+        let condition = cluster_view(&view, "cluster-0").condition.clone().unwrap();
+        assert!(
+            condition.contains("plugins[argoproj-labs/gatewayAPI].httpRoute"),
+            "{condition}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let rollout = cluster.rollout().await.unwrap();
+        let step = rollout["status"]["currentStepIndex"].as_i64();
+        assert!(
+            matches!(step, Some(8 | 9)),
+            "the canary went on without its route: {}",
+            rollout["status"]
+        );
+        create_route(&cluster).await;
+        wait_rollout(
+            &cluster,
+            &serve,
+            "step 11 (after weight 50) once the route is back",
+            Duration::from_secs(30),
+            |r, _| r["status"]["currentStepIndex"] == 10,
+        )
+        .await;
+        assert_eq!(weights(&route(&cluster).await.unwrap()), (50, 50));
+
+        // A writer that reverts the weights each time (Argo CD's self-heal without
+        // ignoreDifferences), by a merge patch of the rules as Git has them.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reverter = {
+            let api = api.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut reverts = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let read = serde_json::to_value(api.get("payments").await.unwrap()).unwrap();
+                    if weights(&read) != (0, 100) {
+                        let patch = json!({"spec": {"rules": route_manifest()["spec"]["rules"]}});
+                        api.patch(
+                            "payments",
+                            &PatchParams {
+                                field_manager: Some("argocd-controller".into()),
+                                ..Default::default()
+                            },
+                            &Patch::Merge(&patch),
+                        )
+                        .await
+                        .unwrap();
+                        reverts += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                reverts
+            })
+        };
+        let view = serve
+            .wait_for(
+                "the traffic routing conflict",
+                Duration::from_secs(60),
+                |v| {
+                    cluster_view(v, "cluster-0")
+                        .condition
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with("TrafficRoutingConflict"))
+                },
+            )
+            .await;
+        let condition = cluster_view(&view, "cluster-0").condition.clone().unwrap();
+        assert!(
+            condition.contains("HTTPRoute default/payments")
+                && condition.contains("argocd-controller"),
+            "{condition}"
+        );
+        // Flotilla stopped writing: the reverter has nothing left to revert.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let reverts = reverter.await.unwrap();
+        eprintln!("the reverter reverted {reverts} times before Flotilla named it");
+        assert!(
+            reverts <= flotilla_kube::backend::routes::REVERTS + 1,
+            "Flotilla wrote the weights {reverts} times against the reverter"
+        );
+        assert_eq!(weights(&route(&cluster).await.unwrap()), (0, 100));
+        drop(serve);
+    });
+}

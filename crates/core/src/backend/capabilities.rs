@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::rollout::{GATEWAY_API_PLUGIN, GatewayApiRouting, Rollout};
+use crate::spec::rollout::{GATEWAY_API_PLUGIN, GatewayApiRouting, Rollout, gateway_api_field};
 
 /// Which traffic providers a backend drives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,15 +87,9 @@ pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
                 .and_then(|p| routing.plugins.get(p))
                 && let Err(error) = GatewayApiRouting::parse(config)
             {
-                let mut path =
-                    format!("spec.strategy.canary.trafficRouting.plugins[{GATEWAY_API_PLUGIN}]");
-                if !error.path.is_empty() {
-                    path.push('.');
-                    path.push_str(&error.path);
-                }
                 out.push(Missing {
                     capability: format!("Gateway API routing as configured: {}", error.message),
-                    path,
+                    path: gateway_api_field(&error.path),
                 });
             }
         }

@@ -632,20 +632,14 @@ impl KubeBackend {
             .await;
         // The routes' weights once the Services select their revisions (as Argo orders them).
         let routed = match pointed {
-            Ok(()) => self.route_traffic(&client, &rollout, desired).await,
+            Ok(()) => self
+                .route_traffic(&client, &rollout, desired)
+                .await
+                .map(|weights| notices.extend(weights)),
             Err(e) => Err(e),
         };
-        match routed {
-            Ok(weights) => {
-                notices.extend(weights);
-                self.post_events(&client, &rollout, &notices).await;
-                Ok(())
-            }
-            Err(e) => {
-                self.post_events(&client, &rollout, &notices).await;
-                Err(e)
-            }
-        }
+        self.post_events(&client, &rollout, &notices).await;
+        routed
     }
 
     /// Posts `notices` as Events on the Rollout as read, best effort: a refused Event (no

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use flotilla_core::backend::{BackendError, ClusterDesired, ClusterNotice};
 use flotilla_core::rollout::Weights;
-use flotilla_core::spec::rollout::{GATEWAY_API_PLUGIN, GatewayApiRouting, GatewayRoute};
+use flotilla_core::spec::rollout::{
+    GATEWAY_API_PLUGIN, GatewayApiRouting, GatewayRoute, gateway_api_field,
+};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
@@ -50,14 +52,9 @@ fn resource(route: &GatewayRoute) -> ApiResource {
     ))
 }
 
-/// The field path of the plugin's block in a Rollout.
-fn config_path(path: &str) -> String {
-    let base = format!("spec.strategy.canary.trafficRouting.plugins[{GATEWAY_API_PLUGIN}]");
-    if path.is_empty() {
-        base
-    } else {
-        format!("{base}.{path}")
-    }
+/// The route's resource, as errors name it (`httproutes.gateway.networking.k8s.io`).
+fn resource_name(route: &GatewayRoute) -> String {
+    format!("{}.gateway.networking.k8s.io", route.kind.plural())
 }
 
 /// The Gateway API configuration of `rollout` (None: it routes no traffic through Gateway API)
@@ -70,7 +67,7 @@ fn gateway_of(
         return Ok(None);
     };
     let routing = GatewayApiRouting::parse(config).map_err(|e| BackendError::Invalid {
-        field: config_path(&e.path),
+        field: gateway_api_field(&e.path),
         message: e.message,
     })?;
     let service = |key: &str| {
@@ -106,7 +103,7 @@ impl KubeBackend {
 
     fn route_missing(&self, route: &GatewayRoute, key: &str) -> BackendError {
         BackendError::Invalid {
-            field: config_path(&route.path),
+            field: gateway_api_field(&route.path),
             message: format!(
                 "cluster {:?}: {key} not found: the canary is held at the weight it has until the route exists",
                 self.cluster
@@ -154,20 +151,14 @@ impl KubeBackend {
             }
             let (api, key) = self.route_api(client, &routing, route);
             let invalid = |message: String| BackendError::Invalid {
-                field: config_path(&route.path),
+                field: gateway_api_field(&route.path),
                 message: format!("cluster {:?}: {key}: {message}", self.cluster),
             };
             for attempt in 1..=ATTEMPTS {
                 let read = api
                     .get_opt(&route.name)
                     .await
-                    .map_err(|e| {
-                        self.fail(
-                            "get",
-                            &format!("{}.gateway.networking.k8s.io", route.kind.plural()),
-                            e,
-                        )
-                    })?
+                    .map_err(|e| self.fail("get", &resource_name(route), e))?
                     .ok_or_else(|| self.route_missing(route, &key))?;
                 let read = serde_json::to_value(read).unwrap_or_default();
                 let edited = gateway::edited(&read, backends, &wanted).map_err(|e| invalid(e.0))?;
@@ -257,11 +248,7 @@ impl KubeBackend {
                         tracing::debug!(cluster = %self.cluster, route = %key, "the route changed since it was read; reading it again");
                     }
                     Err(error) => {
-                        return Err(self.fail(
-                            "update",
-                            &format!("{}.gateway.networking.k8s.io", route.kind.plural()),
-                            error,
-                        ));
+                        return Err(self.fail("update", &resource_name(route), error));
                     }
                 }
             }
@@ -288,13 +275,10 @@ impl KubeBackend {
         let mut all = Vec::new();
         for route in &routing.routes {
             let (api, key) = self.route_api(client, &routing, route);
-            let Some(read) = api.get_opt(&route.name).await.map_err(|e| {
-                self.fail(
-                    "get",
-                    &format!("{}.gateway.networking.k8s.io", route.kind.plural()),
-                    e,
-                )
-            })?
+            let Some(read) = api
+                .get_opt(&route.name)
+                .await
+                .map_err(|e| self.fail("get", &resource_name(route), e))?
             else {
                 tracing::debug!(cluster = %self.cluster, route = %key, "route not found; no weight verified");
                 return Ok(None);

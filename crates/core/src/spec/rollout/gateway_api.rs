@@ -74,6 +74,17 @@ pub struct GatewayConfigError {
     pub message: String,
 }
 
+/// The field path in a Rollout of `path` under the plugin's block (`tcpRoute` →
+/// `spec.strategy.canary.trafficRouting.plugins[argoproj-labs/gatewayAPI].tcpRoute`).
+pub fn gateway_api_field(path: &str) -> String {
+    let base = format!("spec.strategy.canary.trafficRouting.plugins[{GATEWAY_API_PLUGIN}]");
+    if path.is_empty() {
+        base
+    } else {
+        format!("{base}.{path}")
+    }
+}
+
 impl GatewayApiRouting {
     /// Reads the plugin's block. TCPRoute and TLSRoute (experimental, v1alpha2) and the
     /// route selectors are refused by name: Flotilla does not drive them, and a canary whose

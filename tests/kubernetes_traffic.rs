@@ -1,5 +1,5 @@
 //! Traffic routing on Kubernetes, end to end: Rollouts whose canary's weight goes through a
-//! Gateway API HTTPRoute (`trafficRouting.plugins["argoproj-labs/gatewayAPI"]`, as Argo's users
+//! Gateway API HTTPRoute and GRPCRoute (`trafficRouting.plugins["argoproj-labs/gatewayAPI"]`, as Argo's users
 //! configure the plugin), in clusters of the test environment with Gateway API's own CRDs (from
 //! its Go module, so the API server's schema and CEL rules check every write Flotilla makes).
 //! The weights are read back from the routes after every step.
@@ -38,15 +38,54 @@ fn routed_manifests(env: &TestEnv, prometheus: Option<&str>, steps: &str) -> Str
 }
 
 fn routes(cluster: &Cluster) -> Api<DynamicObject> {
+    routes_of(cluster, "HTTPRoute")
+}
+
+fn routes_of(cluster: &Cluster, kind: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
         cluster.client.clone(),
         "default",
         &ApiResource::from_gvk(&GroupVersionKind::gvk(
             "gateway.networking.k8s.io",
             "v1",
-            "HTTPRoute",
+            kind,
         )),
     )
+}
+
+/// GRPCRoute `payments-grpc` beside the HTTPRoute: the payments gRPC service, all on stable.
+fn grpc_route_manifest() -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": "payments-grpc", "namespace": "default"},
+        "spec": {
+            "parentRefs": [{"name": "shop"}],
+            "rules": [
+                {"matches": [{"method": {"service": "shop.v1.Payments"}}],
+                 "backendRefs": [
+                    {"name": "payments-stable", "port": 9090, "weight": 100},
+                    {"name": "payments-canary", "port": 9090, "weight": 0}]}
+            ]
+        }
+    })
+}
+
+async fn create_grpc_route(cluster: &Cluster) {
+    let route: DynamicObject = serde_json::from_value(grpc_route_manifest()).unwrap();
+    routes_of(cluster, "GRPCRoute")
+        .create(&PostParams::default(), &route)
+        .await
+        .expect("the GRPCRoute");
+}
+
+/// The (canary, stable) weights of GRPCRoute `payments-grpc`'s rule.
+async fn grpc_weights(cluster: &Cluster) -> (i64, i64) {
+    let route = routes_of(cluster, "GRPCRoute")
+        .get("payments-grpc")
+        .await
+        .unwrap();
+    weights(&serde_json::to_value(route).unwrap())
 }
 
 /// HTTPRoute `payments` as Argo CD would sync it from Git: all traffic on the stable Service,
@@ -98,7 +137,7 @@ fn weights(route: &Value) -> (i64, i64) {
     (of("payments-canary"), of("payments-stable"))
 }
 
-/// Three clusters in three waves, each routing through its own HTTPRoute: the first completes
+/// Three clusters in three waves, each routing through its own HTTPRoute and GRPCRoute: the first completes
 /// with the route's weights read back after every step (34, 67, then all on the new stable);
 /// the second regresses and its canary's weight is 0 within one reconcile of the decision; the
 /// third is held with its route untouched.
@@ -111,7 +150,11 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
     let exporter = exporter(series.clone());
     let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
         .expect("prometheus (apt-get install prometheus)");
-    let text = routed_manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS);
+    // An HTTPRoute and a GRPCRoute carry the canary's weight together.
+    let text = routed_manifests(&env, Some(&prometheus.address()), ANALYSED_STEPS).replace(
+        "{httpRoute: payments, namespace: default}",
+        "{httpRoute: payments, grpcRoute: payments-grpc, namespace: default}",
+    );
     std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
     write_serve_config(dir.path());
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
@@ -131,6 +174,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
         for cluster in env.clusters() {
             let cluster = Cluster::prepare(cluster).await;
             create_route(&cluster).await;
+            create_grpc_route(&cluster).await;
             clusters.push(cluster);
         }
         let serve = Serve::start(dir.path());
@@ -169,6 +213,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
                 // The status says the weight the route has, once the step is past it.
                 if (1..=2).contains(&step) {
                     assert_eq!(weights(&route), (34, 66), "step {step}");
+                    assert_eq!(grpc_weights(&clusters[0]).await, (34, 66), "step {step}");
                     assert_eq!(
                         rollout["status"]["canary"]["weights"]["canary"]["weight"],
                         34
@@ -266,6 +311,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
         assert_eq!(r1["status"]["stableRS"], h1.as_str());
         let route1 = route(&clusters[1]).await.unwrap();
         assert_eq!(weights(&route1), (0, 100));
+        assert_eq!(grpc_weights(&clusters[1]).await, (0, 100));
         assert!(
             route1["metadata"]["labels"].get(CANARY_LABEL).is_none(),
             "{route1}"
@@ -277,6 +323,12 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
             Some(h2.as_str())
         );
         assert_eq!(weights(&route(&clusters[0]).await.unwrap()), (0, 100));
+        assert_eq!(grpc_weights(&clusters[0]).await, (0, 100));
+        assert_eq!(
+            grpc_weights(&clusters[2]).await,
+            (0, 100),
+            "held: as Git has it"
+        );
         let route2 = route(&clusters[2]).await.unwrap();
         assert!(
             !managers(&route2).iter().any(|m| m == "flotilla"),

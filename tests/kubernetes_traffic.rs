@@ -1,7 +1,8 @@
 //! Traffic routing on Kubernetes, end to end: Rollouts whose canary's weight goes through a
-//! Gateway API HTTPRoute and GRPCRoute (`trafficRouting.plugins["argoproj-labs/gatewayAPI"]`, as Argo's users
-//! configure the plugin), in clusters of the test environment with Gateway API's own CRDs (from
-//! its Go module, so the API server's schema and CEL rules check every write Flotilla makes).
+//! Gateway API HTTPRoute and GRPCRoute (`trafficRouting.plugins["argoproj-labs/gatewayAPI"]`,
+//! as Argo's users configure the plugin), in clusters of the test environment with Gateway
+//! API's own CRDs (from its Go module, so the API server's schema and CEL rules check every
+//! write Flotilla makes).
 //! The weights are read back from the routes after every step.
 
 mod common;
@@ -71,14 +72,6 @@ fn grpc_route_manifest() -> Value {
     })
 }
 
-async fn create_grpc_route(cluster: &Cluster) {
-    let route: DynamicObject = serde_json::from_value(grpc_route_manifest()).unwrap();
-    routes_of(cluster, "GRPCRoute")
-        .create(&PostParams::default(), &route)
-        .await
-        .expect("the GRPCRoute");
-}
-
 /// The (canary, stable) weights of GRPCRoute `payments-grpc`'s rule.
 async fn grpc_weights(cluster: &Cluster) -> (i64, i64) {
     let route = routes_of(cluster, "GRPCRoute")
@@ -109,12 +102,18 @@ fn route_manifest() -> Value {
     })
 }
 
-async fn create_route(cluster: &Cluster) {
-    let route: DynamicObject = serde_json::from_value(route_manifest()).unwrap();
-    routes(cluster)
+/// Creates the route `manifest` describes, of its kind.
+async fn create(cluster: &Cluster, manifest: Value) {
+    let kind = manifest["kind"].as_str().unwrap().to_owned();
+    let route: DynamicObject = serde_json::from_value(manifest).unwrap();
+    routes_of(cluster, &kind)
         .create(&PostParams::default(), &route)
         .await
-        .expect("the HTTPRoute");
+        .unwrap_or_else(|e| panic!("the {kind}: {e}"));
+}
+
+async fn create_route(cluster: &Cluster) {
+    create(cluster, route_manifest()).await;
 }
 
 async fn route(cluster: &Cluster) -> Option<Value> {
@@ -137,10 +136,10 @@ fn weights(route: &Value) -> (i64, i64) {
     (of("payments-canary"), of("payments-stable"))
 }
 
-/// Three clusters in three waves, each routing through its own HTTPRoute and GRPCRoute: the first completes
-/// with the route's weights read back after every step (34, 67, then all on the new stable);
-/// the second regresses and its canary's weight is 0 within one reconcile of the decision; the
-/// third is held with its route untouched.
+/// Three clusters in three waves, each routing through its own HTTPRoute and GRPCRoute: the
+/// first completes with the routes' weights read back after every step (34, 67, then all on the
+/// new stable); the second regresses and its canary's weight is 0 within one reconcile of the
+/// decision; the third is held with its routes untouched.
 #[test]
 fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alone() {
     let _one = one_at_a_time();
@@ -174,7 +173,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
         for cluster in env.clusters() {
             let cluster = Cluster::prepare(cluster).await;
             create_route(&cluster).await;
-            create_grpc_route(&cluster).await;
+            create(&cluster, grpc_route_manifest()).await;
             clusters.push(cluster);
         }
         let serve = Serve::start(dir.path());

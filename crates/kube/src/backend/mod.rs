@@ -22,6 +22,7 @@ pub mod clients;
 pub mod commands;
 pub mod events;
 pub mod gateway;
+pub mod istio;
 pub mod objects;
 pub mod restart;
 pub mod routes;

@@ -1,0 +1,554 @@
+//! Istio VirtualServices and DestinationRules as Argo's controller edits them, on the object
+//! as read: the canary's and the stable's weights in the http, tls and tcp routes the Rollout
+//! names (host-based: destinations whose host is the canary or stable Service; subset-based:
+//! destinations whose subset is the DestinationRule's canary or stable subset), header routes
+//! as named http routes placed first in `managedRoutes` order, and the DestinationRule's two
+//! subsets labelled with the revisions' pod-template hashes (and, in a multi-primary mesh, the
+//! cluster's `topology.istio.io/cluster`, so a subset never selects another cluster's Pods).
+//! Pure: the backend reads, then writes back with the `resourceVersion` it read.
+
+use std::collections::BTreeMap;
+
+use flotilla_core::rollout::Weights;
+use flotilla_core::spec::rollout::{HeaderRoutingMatch, IstioTcpRoute, IstioTlsRoute};
+use serde_json::{Value, json};
+
+use super::gateway::RouteError;
+
+/// The label a DestinationRule subset selects a revision's Pods by.
+pub const HASH_LABEL: &str = "rollouts-pod-template-hash";
+
+/// The label Istio gives every endpoint with the id of the cluster it runs in.
+pub const CLUSTER_LABEL: &str = "topology.istio.io/cluster";
+
+/// What a route destination is for the Rollout.
+#[derive(Debug, Clone, Copy)]
+pub struct Targets<'a> {
+    /// `canaryService`.
+    pub canary_service: &'a str,
+    /// `stableService`.
+    pub stable_service: &'a str,
+    /// The DestinationRule's (canary, stable) subsets (None: host-based).
+    pub subsets: Option<(&'a str, &'a str)>,
+    /// `additionalSubsetNames`: weights left as they are, taken from the stable's share.
+    pub additional: &'a [String],
+}
+
+/// The routes of one VirtualService the Rollout names.
+#[derive(Debug, Clone, Copy)]
+pub struct Selected<'a> {
+    /// `routes`: http routes by name (empty: the only unmanaged http route).
+    pub http: &'a [String],
+    /// `tlsRoutes`: by port and SNI hosts (empty: the first tls route, if any).
+    pub tls: &'a [IstioTlsRoute],
+    /// `tcpRoutes`: by port (empty: the first tcp route, if any).
+    pub tcp: &'a [IstioTcpRoute],
+}
+
+/// What Flotilla wants of one VirtualService.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VirtualServiceWanted {
+    /// The canary's weight (None: none asked yet; the routes' weights stand).
+    pub weights: Option<Weights>,
+    /// Header routes in effect, by name.
+    pub header_routes: BTreeMap<String, Vec<HeaderRoutingMatch>>,
+    /// `managedRoutes`, in order: http routes of these names not in effect are removed, those
+    /// in effect come first in this order.
+    pub managed: Vec<String>,
+}
+
+/// A destination's host up to its first dot (`payments-canary.shop.svc` → `payments-canary`),
+/// as Argo compares it.
+fn short_host(destination: &Value) -> &str {
+    let host = destination["destination"]["host"].as_str().unwrap_or("");
+    host.split('.').next().unwrap_or("")
+}
+
+fn subset(destination: &Value) -> &str {
+    destination["destination"]["subset"].as_str().unwrap_or("")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Canary,
+    Stable,
+    Additional,
+    Other,
+}
+
+fn role(destination: &Value, targets: Targets<'_>) -> Role {
+    let (host, subset) = (short_host(destination), subset(destination));
+    match targets.subsets {
+        Some((canary, _)) if !subset.is_empty() && subset == canary => Role::Canary,
+        Some((_, stable)) if !subset.is_empty() && subset == stable => Role::Stable,
+        _ if !subset.is_empty() && targets.additional.iter().any(|a| a == subset) => {
+            Role::Additional
+        }
+        _ if !targets.canary_service.is_empty() && host == targets.canary_service => Role::Canary,
+        _ if !targets.stable_service.is_empty() && host == targets.stable_service => Role::Stable,
+        _ => Role::Other,
+    }
+}
+
+/// The http routes' indices the Rollout weighs, as Argo picks them.
+fn http_indices(
+    routes: &[Value],
+    names: &[String],
+    managed: &[String],
+) -> Result<Vec<usize>, RouteError> {
+    let name = |r: &Value| r["name"].as_str().unwrap_or("").to_owned();
+    if names.is_empty() {
+        let unmanaged: Vec<usize> = (0..routes.len())
+            .filter(|&i| !managed.contains(&name(&routes[i])))
+            .collect();
+        return match unmanaged.as_slice() {
+            [only] => Ok(vec![*only]),
+            [] => Err(RouteError("the VirtualService has no http route".into())),
+            _ => Err(RouteError(
+                "spec.http has more than one route: name the ones to weigh in the Rollout's virtualService.routes".into(),
+            )),
+        };
+    }
+    names
+        .iter()
+        .map(|n| {
+            routes.iter().position(|r| name(r) == *n).ok_or_else(|| {
+                RouteError(format!("http route {n:?} not found in the VirtualService"))
+            })
+        })
+        .collect()
+}
+
+/// The tls routes matching each selector (port and the same set of SNI hosts).
+fn tls_indices(routes: &[Value], selectors: &[IstioTlsRoute]) -> Result<Vec<usize>, RouteError> {
+    if selectors.is_empty() {
+        return Ok(if routes.is_empty() { vec![] } else { vec![0] });
+    }
+    let mut out = Vec::new();
+    for selector in selectors {
+        let found: Vec<usize> = routes
+            .iter()
+            .enumerate()
+            .filter(|(_, route)| {
+                let matches = route["match"].as_array().map_or(&[][..], Vec::as_slice);
+                let mut ports: Vec<i64> =
+                    matches.iter().filter_map(|m| m["port"].as_i64()).collect();
+                ports.dedup();
+                let mut sni: Vec<&str> = matches
+                    .iter()
+                    .flat_map(|m| m["sniHosts"].as_array().map_or(&[][..], Vec::as_slice))
+                    .filter_map(Value::as_str)
+                    .collect();
+                sni.sort_unstable();
+                sni.dedup();
+                let mut wanted: Vec<&str> = selector.sni_hosts.iter().map(String::as_str).collect();
+                wanted.sort_unstable();
+                ports.len() <= 1
+                    && ports.first().copied().unwrap_or(0) == selector.port.unwrap_or(0)
+                    && sni == wanted
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if found.is_empty() {
+            return Err(RouteError(format!(
+                "no tls route matches port {} and SNI hosts {:?}",
+                selector.port.unwrap_or(0),
+                selector.sni_hosts
+            )));
+        }
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// The tcp routes matching each selector's port.
+fn tcp_indices(routes: &[Value], selectors: &[IstioTcpRoute]) -> Result<Vec<usize>, RouteError> {
+    if selectors.is_empty() {
+        return Ok(if routes.is_empty() { vec![] } else { vec![0] });
+    }
+    let mut out = Vec::new();
+    for selector in selectors {
+        let found: Vec<usize> = routes
+            .iter()
+            .enumerate()
+            .filter(|(_, route)| {
+                route["match"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["port"].as_i64() == selector.port))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if found.is_empty() {
+            return Err(RouteError(format!(
+                "no tcp route matches port {}",
+                selector.port.unwrap_or(0)
+            )));
+        }
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+fn array<'a>(vs: &'a Value, key: &str) -> &'a [Value] {
+    vs["spec"][key].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// Every weighted route as (kind, index), checked to name both the canary and the stable.
+fn weighted(
+    vs: &Value,
+    targets: Targets<'_>,
+    selected: Selected<'_>,
+    managed: &[String],
+) -> Result<Vec<(&'static str, usize)>, RouteError> {
+    let mut out = Vec::new();
+    for i in http_indices(array(vs, "http"), selected.http, managed)? {
+        out.push(("http", i));
+    }
+    for i in tls_indices(array(vs, "tls"), selected.tls)? {
+        out.push(("tls", i));
+    }
+    for i in tcp_indices(array(vs, "tcp"), selected.tcp)? {
+        out.push(("tcp", i));
+    }
+    for &(kind, i) in &out {
+        let destinations = array(vs, kind)[i]["route"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        for (want, what) in [(Role::Canary, "canary"), (Role::Stable, "stable")] {
+            if !destinations.iter().any(|d| role(d, targets) == want) {
+                return Err(RouteError(match targets.subsets {
+                    Some((canary, stable)) => format!(
+                        "{kind}[{i}] has no destination with the {what} subset {:?}",
+                        if want == Role::Canary { canary } else { stable }
+                    ),
+                    None => format!(
+                        "{kind}[{i}] has no destination with the {what} Service {:?}",
+                        if want == Role::Canary {
+                            targets.canary_service
+                        } else {
+                            targets.stable_service
+                        }
+                    ),
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The (canary, stable) weights of every weighted route, in order.
+pub fn weights_of(
+    vs: &Value,
+    targets: Targets<'_>,
+    selected: Selected<'_>,
+    managed: &[String],
+) -> Result<Vec<Weights>, RouteError> {
+    Ok(weighted(vs, targets, selected, managed)?
+        .into_iter()
+        .map(|(kind, i)| {
+            let destinations = array(vs, kind)[i]["route"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let sum = |want: Role| -> i32 {
+                destinations
+                    .iter()
+                    .filter(|d| role(d, targets) == want)
+                    .map(|d| d["weight"].as_i64().unwrap_or(0) as i32)
+                    .sum()
+            };
+            Weights {
+                canary: sum(Role::Canary),
+                stable: sum(Role::Stable),
+            }
+        })
+        .collect())
+}
+
+fn header_match(m: &HeaderRoutingMatch) -> Result<Value, RouteError> {
+    let value = &m.header_value;
+    let condition = if let Some(exact) = &value.exact {
+        json!({"exact": exact})
+    } else if let Some(prefix) = &value.prefix {
+        json!({"prefix": prefix})
+    } else if let Some(regex) = &value.regex {
+        json!({"regex": regex})
+    } else {
+        return Err(RouteError(format!(
+            "the header route's condition on {:?} has no exact, prefix or regex",
+            m.header_name
+        )));
+    };
+    Ok(json!({"headers": {m.header_name.as_str(): condition}}))
+}
+
+/// The VirtualService with Flotilla's change made: weights in every weighted route (the
+/// canary w, the stable 100 − w less the additional subsets' weights, others removed, as Argo
+/// does), header routes as `wanted` says (first, in `managedRoutes` order, each sending every
+/// matching request to the canary), everything else as read.
+pub fn edited(
+    vs: &Value,
+    targets: Targets<'_>,
+    selected: Selected<'_>,
+    wanted: &VirtualServiceWanted,
+    canary_host: &str,
+) -> Result<Value, RouteError> {
+    let routes = weighted(vs, targets, selected, &wanted.managed)?;
+    let mut out = vs.clone();
+    if let Some(weights) = wanted.weights {
+        for &(kind, i) in &routes {
+            let destinations = out["spec"][kind][i]["route"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let additional: i64 = destinations
+                .iter()
+                .filter(|d| role(d, targets) == Role::Additional)
+                .map(|d| d["weight"].as_i64().unwrap_or(0))
+                .sum();
+            let stable = (i64::from(weights.stable) - additional).max(0);
+            let kept: Vec<Value> = destinations
+                .into_iter()
+                .filter_map(|mut d| {
+                    match role(&d, targets) {
+                        Role::Canary => d["weight"] = json!(weights.canary),
+                        Role::Stable => d["weight"] = json!(stable),
+                        Role::Additional => {}
+                        Role::Other => return None,
+                    }
+                    Some(d)
+                })
+                .collect();
+            out["spec"][kind][i]["route"] = Value::Array(kept);
+        }
+    }
+    // Header routes: the ones in effect made again, first, in managedRoutes order.
+    let http = array(&out, "http").to_vec();
+    if !http.is_empty() || !wanted.header_routes.is_empty() {
+        let port = routes
+            .iter()
+            .find(|(kind, _)| *kind == "http")
+            .and_then(|&(_, i)| {
+                array(vs, "http")[i]["route"]
+                    .as_array()
+                    .and_then(|d| d.iter().find(|d| role(d, targets) == Role::Canary))
+                    .and_then(|d| d["destination"].get("port").cloned())
+            });
+        let mut first = Vec::new();
+        for name in &wanted.managed {
+            if let Some(matches) = wanted.header_routes.get(name) {
+                let mut destination = json!({"host": canary_host});
+                if let Some((canary, _)) = targets.subsets {
+                    destination["subset"] = json!(canary);
+                }
+                if let Some(port) = &port {
+                    destination["port"] = port.clone();
+                }
+                first.push(json!({
+                    "name": name,
+                    "match": matches.iter().map(header_match).collect::<Result<Vec<_>, _>>()?,
+                    "route": [{"destination": destination, "weight": 100}],
+                }));
+            }
+        }
+        let rest = http
+            .into_iter()
+            .filter(|r| !wanted.managed.iter().any(|m| r["name"] == m.as_str()));
+        first.extend(rest);
+        out["spec"]["http"] = Value::Array(first);
+    }
+    Ok(out)
+}
+
+/// The DestinationRule with its canary and stable subsets selecting the revisions' hashes
+/// (and the cluster's id when the mesh spans clusters). Other subsets and fields are kept.
+pub fn edited_destination_rule(
+    dr: &Value,
+    subsets: (&str, &str),
+    hashes: (&str, &str),
+    cluster: Option<&str>,
+) -> Result<Value, RouteError> {
+    let mut out = dr.clone();
+    let Some(list) = out["spec"]["subsets"].as_array_mut() else {
+        return Err(RouteError("the DestinationRule has no subsets".into()));
+    };
+    for (name, hash) in [(subsets.0, hashes.0), (subsets.1, hashes.1)] {
+        let Some(subset) = list.iter_mut().find(|s| s["name"] == name) else {
+            return Err(RouteError(format!(
+                "the DestinationRule has no subset {name:?}"
+            )));
+        };
+        if !subset["labels"].is_object() {
+            subset["labels"] = json!({});
+        }
+        subset["labels"][HASH_LABEL] = json!(hash);
+        if let Some(cluster) = cluster {
+            subset["labels"][CLUSTER_LABEL] = json!(cluster);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO: &[String] = &[];
+
+    fn host_based() -> Targets<'static> {
+        Targets {
+            canary_service: "payments-canary",
+            stable_service: "payments-stable",
+            subsets: None,
+            additional: NO,
+        }
+    }
+
+    fn subset_based() -> Targets<'static> {
+        Targets {
+            canary_service: "",
+            stable_service: "",
+            subsets: Some(("canary", "stable")),
+            additional: NO,
+        }
+    }
+
+    fn vs() -> Value {
+        json!({"spec": {
+            "hosts": ["payments"],
+            "http": [{"name": "primary", "route": [
+                {"destination": {"host": "payments-stable.default.svc.cluster.local", "port": {"number": 80}}, "weight": 100},
+                {"destination": {"host": "payments-canary", "port": {"number": 80}}, "weight": 0}]}],
+            "tcp": [{"match": [{"port": 9000}], "route": [
+                {"destination": {"host": "payments-stable"}, "weight": 100},
+                {"destination": {"host": "payments-canary"}, "weight": 0}]}]
+        }})
+    }
+
+    fn selected() -> Selected<'static> {
+        Selected {
+            http: &[],
+            tls: &[],
+            tcp: &[],
+        }
+    }
+
+    #[test]
+    fn host_based_weights_go_to_http_and_tcp_routes() {
+        let wanted = VirtualServiceWanted {
+            weights: Some(Weights {
+                canary: 20,
+                stable: 80,
+            }),
+            ..Default::default()
+        };
+        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        assert_eq!(
+            weights_of(&out, host_based(), selected(), &[]).unwrap(),
+            vec![
+                Weights {
+                    canary: 20,
+                    stable: 80
+                };
+                2
+            ]
+        );
+        assert_eq!(out["spec"]["hosts"], json!(["payments"]));
+    }
+
+    #[test]
+    fn subset_routes_name_both_subsets_or_are_refused() {
+        let vs = json!({"spec": {"http": [{"route": [
+            {"destination": {"host": "payments", "subset": "stable"}, "weight": 100},
+            {"destination": {"host": "payments", "subset": "canary"}, "weight": 0},
+            {"destination": {"host": "other"}, "weight": 0}]}]}});
+        let wanted = VirtualServiceWanted {
+            weights: Some(Weights {
+                canary: 5,
+                stable: 95,
+            }),
+            ..Default::default()
+        };
+        let out = edited(&vs, subset_based(), selected(), &wanted, "payments").unwrap();
+        let route = out["spec"]["http"][0]["route"].as_array().unwrap();
+        assert_eq!(
+            route.len(),
+            2,
+            "a destination that is neither is dropped, as Argo does"
+        );
+        assert_eq!(route[1]["weight"], 5);
+        let only_stable = json!({"spec": {"http": [{"route": [
+            {"destination": {"host": "payments", "subset": "stable"}, "weight": 100}]}]}});
+        let error = weights_of(&only_stable, subset_based(), selected(), &[]).unwrap_err();
+        assert!(error.0.contains("canary subset \"canary\""), "{error:?}");
+    }
+
+    #[test]
+    fn several_http_routes_need_names() {
+        let mut vs = vs();
+        vs["spec"]["http"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "b", "route": []}));
+        assert!(weights_of(&vs, host_based(), selected(), &[]).is_err());
+        let names = ["primary".to_owned()];
+        let chosen = Selected {
+            http: &names,
+            ..selected()
+        };
+        assert_eq!(weights_of(&vs, host_based(), chosen, &[]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn header_routes_come_first_and_go_when_no_longer_in_effect() {
+        use flotilla_core::spec::rollout::StringMatch;
+        let mut wanted = VirtualServiceWanted {
+            weights: Some(Weights {
+                canary: 0,
+                stable: 100,
+            }),
+            managed: vec!["beta".into()],
+            ..Default::default()
+        };
+        wanted.header_routes.insert(
+            "beta".into(),
+            vec![HeaderRoutingMatch {
+                header_name: "x-beta".into(),
+                header_value: StringMatch {
+                    exact: Some("1".into()),
+                    ..Default::default()
+                },
+            }],
+        );
+        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let http = out["spec"]["http"].as_array().unwrap();
+        assert_eq!(http[0]["name"], "beta");
+        assert_eq!(http[0]["match"][0]["headers"]["x-beta"]["exact"], "1");
+        assert_eq!(http[0]["route"][0]["destination"]["port"]["number"], 80);
+        wanted.header_routes.clear();
+        let again = edited(&out, host_based(), selected(), &wanted, "payments-canary").unwrap();
+        assert_eq!(again["spec"]["http"].as_array().unwrap().len(), 1);
+        assert_eq!(again["spec"]["http"][0]["name"], "primary");
+    }
+
+    #[test]
+    fn subsets_select_the_hashes_and_the_cluster() {
+        let dr = json!({"spec": {"host": "payments", "subsets": [
+            {"name": "canary", "labels": {"app": "payments"}},
+            {"name": "stable"},
+            {"name": "legacy", "labels": {"v": "0"}}]}});
+        let out =
+            edited_destination_rule(&dr, ("canary", "stable"), ("c1", "s1"), Some("east")).unwrap();
+        let subsets = out["spec"]["subsets"].as_array().unwrap();
+        assert_eq!(
+            subsets[0]["labels"],
+            json!({"app": "payments", HASH_LABEL: "c1", CLUSTER_LABEL: "east"})
+        );
+        assert_eq!(
+            subsets[1]["labels"],
+            json!({HASH_LABEL: "s1", CLUSTER_LABEL: "east"})
+        );
+        assert_eq!(subsets[2], dr["spec"]["subsets"][2]);
+        assert!(edited_destination_rule(&dr, ("canary", "gone"), ("c", "s"), None).is_err());
+    }
+}

@@ -90,15 +90,7 @@ fn regression_story(source: Source) {
     std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
     write_serve_config(dir.path());
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
-    {
-        let mut series = series.lock().unwrap();
-        for (i, cluster) in env.clusters().iter().enumerate() {
-            series.insert((cluster.name.clone(), h1.clone()), 0.0);
-            // cluster-1 regresses on the new version; the others do not.
-            let canary = if i == 1 { 0.4 } else { 0.0 };
-            series.insert((cluster.name.clone(), h2.clone()), canary);
-        }
-    }
+    regressing_in(&series, &env, 1);
     let runtime = runtime();
     runtime.block_on(async {
         let mut clusters = Vec::new();
@@ -480,14 +472,7 @@ fn argos_plugin_reads_and_commands_a_flotilla_rollout_beside_argos_controller() 
                 v.phase == "Completed"
             })
             .await;
-        wait_rollout(
-            &cluster,
-            &serve,
-            "1.0 healthy",
-            Duration::from_secs(60),
-            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
-        )
-        .await;
+        healthy_on_v1(&cluster, &serve, Duration::from_secs(60)).await;
         set_image(&serve, V2).await;
         wait_rollout(
             &cluster,
@@ -764,14 +749,7 @@ fn a_killed_controller_resumes_its_step_and_broken_clusters_are_named() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let mut serve = Serve::start(dir.path());
-        wait_rollout(
-            &cluster,
-            &serve,
-            "1.0 healthy",
-            Duration::from_secs(90),
-            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
-        )
-        .await;
+        healthy_on_v1(&cluster, &serve, Duration::from_secs(90)).await;
         let view = serve
             .wait_for("the broken clusters named", Duration::from_secs(30), |v| {
                 cluster_view(v, "garbled").condition.is_some()
@@ -1162,19 +1140,11 @@ fn one_cluster_half_and_pause() -> (TestEnv, tempfile::TempDir) {
 fn another_writer_of_the_template_is_an_ownership_conflict() {
     let _one = one_at_a_time();
     let (env, dir) = one_cluster_half_and_pause();
-    let h1 = argo_hash(V1);
     let runtime = runtime();
     runtime.block_on(async {
         let cluster = Cluster::prepare(env.cluster(0)).await;
         let serve = Serve::start(dir.path());
-        wait_rollout(
-            &cluster,
-            &serve,
-            "1.0 healthy",
-            Duration::from_secs(90),
-            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
-        )
-        .await;
+        healthy_on_v1(&cluster, &serve, Duration::from_secs(90)).await;
         // A hand edit that takes the image (as `kubectl apply --server-side --force-conflicts`).
         let edit = json!({
             "apiVersion": "argoproj.io/v1alpha1",

@@ -11,15 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::k8s::{
-    ANALYSED_STEPS, Cluster, Series, Serve, V1, V2, argo_hash, cluster_view, exporter, managers,
-    manifests, one_at_a_time, set_image, start_env_with, status_of, wait_rollout,
+    ANALYSED_STEPS, Cluster, Series, Serve, V1, V2, a_reverter_is_named, argo_hash,
+    cluster0_condition, decision_to_weight_zero, exporter, healthy_on_v1, managers, manifests,
+    one_at_a_time, regressing_in, set_image, start_env_with, status_of, wait_rollout,
     write_serve_config,
 };
 use common::runtime;
 use flotilla_runtime::demo;
 use flotilla_testenv::{TestEnv, gateway_api_crds};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
 const CANARY_LABEL: &str = "rollouts.argoproj.io/gatewayapi-canary";
@@ -157,16 +158,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
     std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
     write_serve_config(dir.path());
     let (h1, h2) = (argo_hash(V1), argo_hash(V2));
-    {
-        let mut series = series.lock().unwrap();
-        for (i, cluster) in env.clusters().iter().enumerate() {
-            series.insert((cluster.name.clone(), h1.clone()), 0.0);
-            series.insert(
-                (cluster.name.clone(), h2.clone()),
-                if i == 1 { 0.4 } else { 0.0 },
-            );
-        }
-    }
+    regressing_in(&series, &env, 1);
     let runtime = runtime();
     runtime.block_on(async {
         let mut clusters = Vec::new();
@@ -183,14 +175,7 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
             })
             .await;
         for cluster in &clusters {
-            wait_rollout(
-                cluster,
-                &serve,
-                "1.0 healthy",
-                Duration::from_secs(60),
-                |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
-            )
-            .await;
+            healthy_on_v1(cluster, &serve, Duration::from_secs(60)).await;
             // A first deployment asks no weight of the route: Git's stand.
             assert_eq!(weights(&route(cluster).await.unwrap()), (0, 100));
         }
@@ -262,41 +247,10 @@ fn gateway_api_weights_follow_the_steps_and_a_regression_zeroes_its_cluster_alon
         assert_eq!(r0["spec"]["rules"][0]["backendRefs"][0]["kind"], "Service");
 
         // cluster-1 regresses: its route's canary weight drops to 0 right after the decision.
-        let mut zeroed = None;
-        let mut had_weight = false;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while zeroed.is_none() {
-            let (canary, _) = weights(&route(&clusters[1]).await.unwrap());
-            let at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as i64;
-            if canary > 0 {
-                had_weight = true;
-            } else if had_weight {
-                zeroed = Some(at);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "cluster-1's route: {}",
-                serve.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let view = serve
-            .wait_for("cluster-1 rolled back", Duration::from_secs(60), |v| {
-                status_of(v, "cluster-1") == "RolledBack"
-            })
-            .await;
-        let decided = cluster_view(&view, "cluster-1")
-            .decided_at
-            .expect("decided at") as i64;
-        let took = zeroed.unwrap() - decided;
-        eprintln!("decision to weight 0 in cluster-1's HTTPRoute: {took} ms (tick 300 ms)");
-        assert!(
-            took <= 300 + 100,
-            "the weight went to 0 {took} ms after the decision (more than one 300 ms tick)"
-        );
+        let view = decision_to_weight_zero(&serve, "cluster-1", "HTTPRoute", async || {
+            weights(&route(&clusters[1]).await.unwrap()).0
+        })
+        .await;
         assert_eq!(status_of(&view, "cluster-0"), "Validated", "{view:#?}");
         assert_eq!(status_of(&view, "cluster-2"), "Held", "{view:#?}");
         let r1 = wait_rollout(
@@ -361,20 +315,12 @@ fn a_route_shared_with_other_writers_keeps_their_changes_and_names_a_fighter() {
     );
     std::fs::write(dir.path().join("manifests.yaml"), text).unwrap();
     write_serve_config(dir.path());
-    let h1 = argo_hash(V1);
     let runtime = runtime();
     runtime.block_on(async {
         let cluster = Cluster::prepare(env.cluster(0)).await;
         create_route(&cluster).await;
         let serve = Serve::start(dir.path());
-        wait_rollout(
-            &cluster,
-            &serve,
-            "1.0 healthy",
-            Duration::from_secs(90),
-            |r, sets| sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy",
-        )
-        .await;
+        healthy_on_v1(&cluster, &serve, Duration::from_secs(90)).await;
         set_image(&serve, V2).await;
 
         // Another writer edits the static rule's path all through the canary (Get, then
@@ -437,15 +383,13 @@ fn a_route_shared_with_other_writers_keeps_their_changes_and_names_a_fighter() {
         // set or verified, so the canary is held at step 10 (setWeight 50) and the cluster's condition names
         // the route; once the route is back, the rollout goes on.
         api.delete("payments", &Default::default()).await.unwrap();
-        let view = serve
-            .wait_for("the missing route named", Duration::from_secs(30), |v| {
-                cluster_view(v, "cluster-0")
-                    .condition
-                    .as_deref()
-                    .is_some_and(|c| c.contains("HTTPRoute default/payments not found"))
-            })
-            .await;
-        let condition = cluster_view(&view, "cluster-0").condition.clone().unwrap();
+        let condition = cluster0_condition(
+            &serve,
+            "the missing route named",
+            Duration::from_secs(30),
+            |c| c.contains("HTTPRoute default/payments not found"),
+        )
+        .await;
         assert!(
             condition.contains("plugins[argoproj-labs/gatewayAPI].httpRoute"),
             "{condition}"
@@ -471,60 +415,14 @@ fn a_route_shared_with_other_writers_keeps_their_changes_and_names_a_fighter() {
 
         // A writer that reverts the weights each time (Argo CD's self-heal without
         // ignoreDifferences), by a merge patch of the rules as Git has them.
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let reverter = {
-            let api = api.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut reverts = 0u32;
-                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    let read = serde_json::to_value(api.get("payments").await.unwrap()).unwrap();
-                    if weights(&read) != (0, 100) {
-                        let patch = json!({"spec": {"rules": route_manifest()["spec"]["rules"]}});
-                        api.patch(
-                            "payments",
-                            &PatchParams {
-                                field_manager: Some("argocd-controller".into()),
-                                ..Default::default()
-                            },
-                            &Patch::Merge(&patch),
-                        )
-                        .await
-                        .unwrap();
-                        reverts += 1;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                reverts
-            })
-        };
-        let view = serve
-            .wait_for(
-                "the traffic routing conflict",
-                Duration::from_secs(60),
-                |v| {
-                    cluster_view(v, "cluster-0")
-                        .condition
-                        .as_deref()
-                        .is_some_and(|c| c.starts_with("TrafficRoutingConflict"))
-                },
-            )
-            .await;
-        let condition = cluster_view(&view, "cluster-0").condition.clone().unwrap();
-        assert!(
-            condition.contains("HTTPRoute default/payments")
-                && condition.contains("argocd-controller"),
-            "{condition}"
-        );
-        // Flotilla stopped writing: the reverter has nothing left to revert.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let reverts = reverter.await.unwrap();
-        eprintln!("the reverter reverted {reverts} times before Flotilla named it");
-        assert!(
-            reverts <= flotilla_kube::backend::routes::REVERTS + 1,
-            "Flotilla wrote the weights {reverts} times against the reverter"
-        );
+        a_reverter_is_named(
+            &serve,
+            &api,
+            "HTTPRoute default/payments",
+            |read| weights(read) != (0, 100),
+            json!({"spec": {"rules": route_manifest()["spec"]["rules"]}}),
+        )
+        .await;
         assert_eq!(weights(&route(&cluster).await.unwrap()), (0, 100));
         drop(serve);
     });

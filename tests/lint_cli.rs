@@ -515,9 +515,9 @@ spec:
     };
     for (routing, path, said) in [
         (
-            "        istio:\n          virtualService: {name: app}",
-            "spec.strategy.canary.trafficRouting.istio",
-            "lacks traffic provider istio",
+            "        alb: {ingress: app, servicePort: 80}",
+            "spec.strategy.canary.trafficRouting.alb",
+            "lacks traffic provider alb",
         ),
         (
             "        smi: {}",
@@ -548,4 +548,5 @@ spec:
         refused("        plugins:\n          argoproj-labs/gatewayAPI: {httpRoute: app}")
             .is_empty()
     );
+    assert!(refused("        istio:\n          virtualService: {name: app}").is_empty());
 }

@@ -47,6 +47,17 @@ pub fn argo_hash(image: &str) -> String {
 /// The canary's error ratio per cluster and hash, served as Prometheus text on `/metrics`.
 pub type Series = Arc<Mutex<BTreeMap<(String, String), f64>>>;
 
+/// Sets the error ratio `series` serves for every cluster of `env`: 0 on 1.0 and 2.0, but 0.4 on
+/// 2.0 in cluster `regressing` (it regresses on the new version; the others do not).
+pub fn regressing_in(series: &Series, env: &TestEnv, regressing: usize) {
+    let mut series = series.lock().unwrap();
+    for (i, cluster) in env.clusters().iter().enumerate() {
+        series.insert((cluster.name.clone(), argo_hash(V1)), 0.0);
+        let canary = if i == regressing { 0.4 } else { 0.0 };
+        series.insert((cluster.name.clone(), argo_hash(V2)), canary);
+    }
+}
+
 pub fn exporter(series: Series) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -458,6 +469,14 @@ pub async fn set_image(serve: &Serve, image: &str) {
         .unwrap();
 }
 
+/// Waits until `cluster`'s Rollout is Healthy on 1.0 with its 3 Pods ready.
+pub async fn healthy_on_v1(cluster: &Cluster, serve: &Serve, limit: Duration) -> Value {
+    let h1 = argo_hash(V1);
+    wait_rollout(cluster, serve, "1.0 healthy", limit, |r, sets| {
+        sets.get(&h1) == Some(&(3, 3)) && r["status"]["phase"] == "Healthy"
+    })
+    .await
+}
 /// Polls one cluster's Rollout until `done` holds (at most `limit`).
 pub async fn wait_rollout(
     cluster: &Cluster,
@@ -482,6 +501,132 @@ pub async fn wait_rollout(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The time from the fleet's decision to roll cluster `name` back to its canary's routed weight
+/// reading 0: `canary` (the weight as the cluster's route says) is read every 10 ms until it has
+/// been above 0 and is 0, then the fleet's view is awaited until it says `RolledBack`. Returns
+/// the milliseconds (printed, and asserted within one 300 ms tick, with 100 ms of slack for
+/// the reads) and that view.
+pub async fn decision_to_weight_zero(
+    serve: &Serve,
+    name: &str,
+    what: &str,
+    mut canary: impl AsyncFnMut() -> i64,
+) -> FleetView {
+    let mut zeroed = None;
+    let mut had_weight = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while zeroed.is_none() {
+        let weight = canary().await;
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        if weight > 0 {
+            had_weight = true;
+        } else if had_weight {
+            zeroed = Some(at);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}'s {what}: {}",
+            serve.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let view = serve
+        .wait_for(
+            &format!("{name} rolled back"),
+            Duration::from_secs(60),
+            |v| status_of(v, name) == "RolledBack",
+        )
+        .await;
+    let decided = cluster_view(&view, name).decided_at.expect("decided at") as i64;
+    let took = zeroed.unwrap() - decided;
+    eprintln!("decision to weight 0 in {name}'s {what}: {took} ms (tick 300 ms)");
+    assert!(
+        took <= 300 + 100,
+        "the weight went to 0 {took} ms after the decision (more than one 300 ms tick)"
+    );
+    view
+}
+
+/// A writer that reverts Flotilla's change to object `payments` of `api` each time it sees it
+/// (`changed` says so; every 50 ms), as Argo CD's self-heal would without `ignoreDifferences`:
+/// a merge patch of `git` with field manager `argocd-controller`. Once the fleet names it in a
+/// `TrafficRoutingConflict` on cluster-0 (the condition must contain `key`), Flotilla must stop
+/// writing: the writer runs 3 s more, then the number of its reverts is checked against
+/// Waits (up to `limit`) until the fleet's view of cluster-0 has a condition that `holds`;
+/// returns it.
+pub async fn cluster0_condition(
+    serve: &Serve,
+    what: &str,
+    limit: Duration,
+    holds: impl Fn(&str) -> bool,
+) -> String {
+    let view = serve
+        .wait_for(what, limit, |v| {
+            cluster_view(v, "cluster-0")
+                .condition
+                .as_deref()
+                .is_some_and(&holds)
+        })
+        .await;
+    cluster_view(&view, "cluster-0").condition.clone().unwrap()
+}
+
+/// [`flotilla_kube::backend::routes::REVERTS`]. Returns the condition.
+pub async fn a_reverter_is_named(
+    serve: &Serve,
+    api: &Api<DynamicObject>,
+    key: &str,
+    changed: fn(&Value) -> bool,
+    git: Value,
+) -> String {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reverter = {
+        let (api, stop) = (api.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut reverts = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let read = serde_json::to_value(api.get("payments").await.unwrap()).unwrap();
+                if changed(&read) {
+                    let params = kube::api::PatchParams {
+                        field_manager: Some("argocd-controller".into()),
+                        ..Default::default()
+                    };
+                    api.patch("payments", &params, &kube::api::Patch::Merge(&git))
+                        .await
+                        .unwrap();
+                    reverts += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            reverts
+        })
+    };
+    let condition = cluster0_condition(
+        serve,
+        "the traffic routing conflict",
+        Duration::from_secs(60),
+        |c| c.starts_with("TrafficRoutingConflict"),
+    )
+    .await;
+    assert!(
+        condition.contains(key) && condition.contains("argocd-controller"),
+        "{condition}"
+    );
+    // Flotilla stopped writing: the reverter has nothing left to revert.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reverts = reverter.await.unwrap();
+    eprintln!("the reverter reverted {reverts} times before Flotilla named it");
+    assert!(
+        reverts <= flotilla_kube::backend::routes::REVERTS + 1,
+        "Flotilla wrote the weights {reverts} times against the reverter"
+    );
+    condition
 }
 
 /// The managers that wrote an object, from its `managedFields`.

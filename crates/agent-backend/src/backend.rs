@@ -52,6 +52,8 @@ impl AgentBackend {
             mirroring: true,
             mirror_headers: 1,
             mirror_method_path: false,
+            mirror_alternatives: 1,
+            mirror_providers: Vec::new(),
             templates: false,
         }
     }

@@ -138,6 +138,52 @@ pub fn gateway_api_crds() -> Result<Vec<PathBuf>, Error> {
     Ok(crds)
 }
 
+/// Istio's CRDs for the kinds Flotilla edits (VirtualService, DestinationRule), from the
+/// `istio.io/api` module `crds/go.mod` pins: Istio ships them in one file
+/// (`kubernetes/customresourcedefinitions.gen.yaml`), so each is written once to a file of its
+/// own in the cache beside the binaries. The API server then checks every write against Istio's
+/// schema and CEL rules.
+pub fn istio_crds() -> Result<Vec<PathBuf>, Error> {
+    const KINDS: [&str; 2] = [
+        "destinationrules.networking.istio.io",
+        "virtualservices.networking.istio.io",
+    ];
+    let module = crd_module_dir("istio.io/api")?;
+    let version = module
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split_once('@'))
+        .map_or("unknown", |(_, v)| v)
+        .to_owned();
+    let source = module.join("kubernetes/customresourcedefinitions.gen.yaml");
+    let text =
+        std::fs::read_to_string(&source).map_err(io(format!("reading {}", source.display())))?;
+    let out = bin_dir()?
+        .parent()
+        .map_or_else(std::env::temp_dir, Path::to_path_buf)
+        .join(format!("crds/istio-{version}"));
+    std::fs::create_dir_all(&out).map_err(io(format!("creating {}", out.display())))?;
+    let mut files = Vec::new();
+    for kind in KINDS {
+        let marker = format!("\n  name: {kind}\n");
+        let document = text
+            .split("\n---\n")
+            .find(|doc| doc.contains(&marker))
+            .ok_or_else(|| Error::Build(format!("no CRD {kind} in {}", source.display())))?;
+        let file = out.join(format!("{kind}.yaml"));
+        if std::fs::read_to_string(&file).ok().as_deref() != Some(document) {
+            // Written beside, then renamed: tests starting at once never read half a file.
+            let partial = out.join(format!("{kind}.yaml.{}", std::process::id()));
+            std::fs::write(&partial, document)
+                .map_err(io(format!("writing {}", partial.display())))?;
+            std::fs::rename(&partial, &file)
+                .map_err(io(format!("renaming to {}", file.display())))?;
+        }
+        files.push(file);
+    }
+    Ok(files)
+}
+
 /// Runs build.sh with `args`; its last stdout line is the answer.
 fn run_build(args: &[&str]) -> Result<String, String> {
     let script = tools_dir().join("build.sh");

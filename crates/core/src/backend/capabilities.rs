@@ -35,10 +35,21 @@ pub struct Capabilities {
     pub mirror_headers: usize,
     /// Mirror routes: whether method and path conditions are supported.
     pub mirror_method_path: bool,
+    /// Mirror routes: the most alternative conditions (`match` entries) one route may have.
+    #[serde(default = "one")]
+    pub mirror_alternatives: usize,
+    /// Mirror routes: the traffic providers that carry them, as in [`TrafficProviders::Only`]
+    /// (empty: whichever the backend drives).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror_providers: Vec<String>,
     /// Whether the backend makes workloads from pod templates and applies the Rollout itself
     /// (Kubernetes): its desired state then carries each revision's template and the Rollout.
     #[serde(default)]
     pub templates: bool,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A capability a Rollout needs and the backend lacks.
@@ -62,17 +73,23 @@ pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
     let Some(canary) = rollout.canary() else {
         return out;
     };
+    let named: Vec<String> = canary
+        .traffic_routing
+        .iter()
+        .flat_map(|routing| {
+            routing
+                .providers()
+                .into_iter()
+                .filter(|name| *name != "plugins")
+                .map(str::to_owned)
+                .chain(routing.plugin_names().map(|p| format!("plugins/{p}")))
+        })
+        .collect();
     if let (Some(routing), TrafficProviders::Only(known)) =
         (&canary.traffic_routing, &capabilities.traffic)
     {
-        let named = routing
-            .providers()
-            .into_iter()
-            .filter(|name| *name != "plugins")
-            .map(str::to_owned)
-            .chain(routing.plugin_names().map(|p| format!("plugins/{p}")));
-        for name in named {
-            if !known.contains(&name) {
+        for name in &named {
+            if !known.contains(name) {
                 let field = match name.strip_prefix("plugins/") {
                     Some(plugin) => format!("plugins[{plugin}]"),
                     None => name.clone(),
@@ -121,11 +138,31 @@ pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
                 });
                 continue;
             }
-            if route.r#match.len() > 1 {
+            if !capabilities.mirror_providers.is_empty()
+                && !named
+                    .iter()
+                    .any(|n| capabilities.mirror_providers.contains(n))
+            {
                 out.push(Missing {
                     capability: format!(
-                        "mirror routes with {} alternative conditions (at most 1)",
-                        route.r#match.len()
+                        "mirror routes through {} (only through {})",
+                        if named.is_empty() {
+                            "replica ratios".to_owned()
+                        } else {
+                            named.join(", ")
+                        },
+                        capabilities.mirror_providers.join(", ")
+                    ),
+                    path,
+                });
+                continue;
+            }
+            if route.r#match.len() > capabilities.mirror_alternatives {
+                out.push(Missing {
+                    capability: format!(
+                        "mirror routes with {} alternative conditions (at most {})",
+                        route.r#match.len(),
+                        capabilities.mirror_alternatives
                     ),
                     path: format!("{path}.match"),
                 });
@@ -151,4 +188,75 @@ pub fn missing(rollout: &Rollout, capabilities: &Capabilities) -> Vec<Missing> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kubernetes_like() -> Capabilities {
+        Capabilities {
+            backend: "k".into(),
+            traffic: TrafficProviders::Only(vec![
+                format!("plugins/{GATEWAY_API_PLUGIN}"),
+                "istio".into(),
+            ]),
+            header_route_matches: 16,
+            mirroring: true,
+            mirror_headers: 16,
+            mirror_method_path: true,
+            mirror_alternatives: 16,
+            mirror_providers: vec!["istio".into()],
+            templates: true,
+        }
+    }
+
+    fn mirrored(routing: serde_json::Value) -> Rollout {
+        serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "metadata": {"name": "app"},
+            "spec": {"strategy": {"canary": {
+                "canaryService": "c", "stableService": "s",
+                "trafficRouting": routing,
+                "steps": [{"setWeight": 10}, {"setMirrorRoute": {"name": "m",
+                    "match": [{"method": {"exact": "GET"}}, {"path": {"prefix": "/a"}}]}}]}}}
+        }))
+        .expect("a Rollout")
+    }
+
+    #[test]
+    fn mirror_routes_go_only_through_the_providers_that_carry_them() {
+        let istio = mirrored(
+            json!({"istio": {"virtualService": {"name": "vs"}}, "managedRoutes": [{"name": "m"}]}),
+        );
+        assert_eq!(missing(&istio, &kubernetes_like()), vec![]);
+        let gateway = mirrored(
+            json!({"plugins": {GATEWAY_API_PLUGIN: {"httpRoute": "r"}}, "managedRoutes": [{"name": "m"}]}),
+        );
+        let lacks = missing(&gateway, &kubernetes_like());
+        assert_eq!(lacks.len(), 1, "{lacks:?}");
+        assert_eq!(
+            lacks[0].path,
+            "spec.strategy.canary.steps[1].setMirrorRoute"
+        );
+        assert!(
+            lacks[0].capability.contains("only through istio"),
+            "{lacks:?}"
+        );
+        // An agent's router mirrors on one condition at most.
+        let agent = Capabilities {
+            traffic: TrafficProviders::Any,
+            mirror_alternatives: 1,
+            mirror_providers: Vec::new(),
+            ..kubernetes_like()
+        };
+        let lacks = missing(&istio, &agent);
+        assert!(
+            lacks[0]
+                .capability
+                .contains("2 alternative conditions (at most 1)"),
+            "{lacks:?}"
+        );
+    }
 }

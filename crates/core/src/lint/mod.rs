@@ -9,6 +9,7 @@ mod analysis;
 mod backend;
 mod fleet;
 mod held;
+mod mesh;
 pub use backend::CapabilitiesOf;
 pub use fleet::waves_of;
 pub use held::{HeldRollouts, lint_held};
@@ -191,6 +192,7 @@ pub fn lint(manifests: &[LoadedManifest], options: Options) -> Vec<Diagnostic> {
         }
         secrets::check(&mut sink, loaded);
     }
+    mesh::check(&index, &mut sink);
     if let Some(capabilities_of) = options.capabilities {
         backend::check(&index, &mut sink, capabilities_of);
     }

@@ -1854,6 +1854,84 @@ fn cases() -> Vec<Case> {
         ),
     ]);
 
+    // ----- Istio across clusters: routing that would mix clusters' canaries -----
+    let meshed = |c1: &str, c2: &str, router: &str| {
+        let endpoint = |istio: &str| {
+            if istio.is_empty() {
+                "{kubernetes: {context: kind-c1}}".to_owned()
+            } else {
+                ["{kubernetes: {context: kind-c1, istio: ", istio, "}}"].concat()
+            }
+        };
+        docs(&[
+            &fleet(
+                &[("endpoint", &endpoint(c1))],
+                &[("endpoint", &endpoint(c2))],
+            ),
+            &fleet_rollout(&[]),
+            &canary(router),
+        ])
+    };
+    let host_based = [
+        SERVICES,
+        ", ",
+        &routing("istio: {virtualService: {name: vs}}", ""),
+    ]
+    .concat();
+    let subset_based = routing(ISTIO, "");
+    cases.extend([
+        case(
+            "fleet/istio-multicluster",
+            E,
+            "spec.clusters[0].endpoint.kubernetes.istio",
+            meshed("", "{meshId: m2}", &host_based),
+            meshed("{meshId: m1}", "{meshId: m2}", &host_based),
+        )
+        .absent(),
+        case(
+            "fleet/istio-multicluster",
+            E,
+            "spec.clusters[1].endpoint.kubernetes.istio",
+            meshed(
+                "{meshId: m, clusterLocal: true}",
+                "{meshId: m}",
+                &host_based,
+            ),
+            meshed(
+                "{meshId: m, clusterLocal: true}",
+                "{meshId: m, clusterLocal: true}",
+                &host_based,
+            ),
+        ),
+        case(
+            "fleet/istio-multicluster",
+            E,
+            "spec.clusters[0].endpoint.kubernetes.istio.cluster",
+            meshed("{meshId: m}", "{meshId: m, cluster: east}", &subset_based),
+            meshed(
+                "{meshId: m, cluster: west}",
+                "{meshId: m, cluster: east}",
+                &subset_based,
+            ),
+        )
+        .absent(),
+        case(
+            "fleet/istio-multicluster",
+            E,
+            "spec.clusters[1].endpoint.kubernetes.istio.cluster",
+            meshed(
+                "{meshId: m, cluster: east}",
+                "{meshId: m, cluster: east}",
+                &subset_based,
+            ),
+            meshed(
+                "{meshId: m, cluster: west}",
+                "{meshId: m, cluster: east}",
+                &subset_based,
+            ),
+        ),
+    ]);
+
     // ----- Kubernetes clusters: who owns the Rollout's spec -----
     // ----- Multi-cluster anti-patterns -----
     let ungated = |waves_extra: &[(&str, &str)], rollout_text: &str| {
@@ -2233,6 +2311,7 @@ fn the_table_covers_every_rule() {
         ("lint/fleet.rs", include_str!("fleet.rs")),
         ("lint/scenario.rs", include_str!("scenario.rs")),
         ("lint/held.rs", include_str!("held.rs")),
+        ("lint/mesh.rs", include_str!("mesh.rs")),
         ("manifest/mod.rs", include_str!("../manifest/mod.rs")),
     ];
     let prefixed = Regex::new(

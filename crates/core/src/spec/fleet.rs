@@ -90,6 +90,30 @@ pub struct KubernetesEndpoint {
     /// `rolloutSource`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_source: Option<RolloutSource>,
+    /// The cluster's place in an Istio mesh: required when a Fleet's Rollout routes through
+    /// Istio in more than one cluster (lint checks), so that its subsets never select another
+    /// cluster's Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub istio: Option<IstioMembership>,
+}
+
+/// A Kubernetes cluster's place in an Istio mesh.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IstioMembership {
+    /// The mesh's id (`meshID` in the Istio installation); clusters that share one see each
+    /// other's endpoints (multi-primary or primary-remote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh_id: Option<String>,
+    /// The cluster's id in the mesh (`values.global.multiCluster.clusterName`), the value of
+    /// `topology.istio.io/cluster` on its endpoints: DestinationRule subsets select it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The Rollout's Services are cluster-local in this mesh (MeshConfig
+    /// `serviceSettings[].settings.clusterLocal`), so host-based routing never reaches another
+    /// cluster's Pods.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_local: bool,
 }
 
 /// Who owns a Kubernetes cluster's Rollout `spec`.

@@ -1,7 +1,7 @@
 //! Gateway API routes (HTTPRoute, GRPCRoute) as the `argoproj-labs/gatewayAPI` plugin edits
 //! them, on the route as read: the canary's and the stable's `backendRefs` weights in every rule
 //! that names both Services, header routes as rules Flotilla inserts and removes by name, the
-//! in-progress label, and who else wrote the rules. Pure: the backend reads, then writes back
+//! in-progress label. Pure: the backend reads, then writes back
 //! with the `resourceVersion` it read (`routes`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,8 +9,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use flotilla_core::rollout::Weights;
 use flotilla_core::spec::rollout::HeaderRoutingMatch;
 use serde_json::{Value, json};
-
-use super::objects::FIELD_MANAGER;
 
 /// The Services a route's rules send the canary's and the stable's traffic to.
 #[derive(Debug, Clone, Copy)]
@@ -240,31 +238,6 @@ pub fn edited(
     Ok(out)
 }
 
-/// Whether `route` already holds `edited` where Flotilla writes (rules and labels).
-pub fn holds(route: &Value, edited: &Value) -> bool {
-    route["spec"]["rules"] == edited["spec"]["rules"]
-        && route["metadata"]["labels"] == edited["metadata"]["labels"]
-}
-
-/// The field manager other than Flotilla that last wrote the route's rules (from its
-/// `managedFields`, the latest entry owning `spec.rules`), or `"an unknown writer"`.
-pub fn rules_writer(route: &Value) -> String {
-    route["metadata"]["managedFields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|entry| entry["manager"] != FIELD_MANAGER)
-        .filter(|entry| !entry["fieldsV1"]["f:spec"]["f:rules"].is_null())
-        .max_by(|a, b| {
-            a["time"]
-                .as_str()
-                .unwrap_or_default()
-                .cmp(b["time"].as_str().unwrap_or_default())
-        })
-        .and_then(|entry| entry["manager"].as_str())
-        .map_or_else(|| "an unknown writer".to_owned(), str::to_owned)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,8 +292,8 @@ mod tests {
             "in-progress"
         );
         assert_eq!(out["metadata"]["labels"]["team"], "shop");
-        assert!(!holds(&route(), &out));
-        assert!(holds(&out, &edited(&out, BACKENDS, &wanted(30)).unwrap()));
+        assert_ne!(route(), out);
+        assert_eq!(out, edited(&out, BACKENDS, &wanted(30)).unwrap());
         // Back to 0: the label goes.
         let back = edited(&out, BACKENDS, &wanted(0)).unwrap();
         assert!(
@@ -392,17 +365,5 @@ mod tests {
             .map(|r| &r["name"])
             .collect();
         assert_eq!(names, [&Value::Null, &Value::Null, &json!("beta-x")]);
-    }
-
-    #[test]
-    fn the_writer_of_the_rules_is_named() {
-        let mut r = route();
-        r["metadata"]["managedFields"] = json!([
-            {"manager": "argocd-controller", "time": "2026-12-05T10:00:00Z", "fieldsV1": {"f:spec": {"f:rules": {}}}},
-            {"manager": "flotilla", "time": "2026-12-05T10:00:05Z", "fieldsV1": {"f:spec": {"f:rules": {}}}},
-            {"manager": "kubectl-edit", "time": "2026-12-05T10:00:03Z", "fieldsV1": {"f:metadata": {}}},
-        ]);
-        assert_eq!(rules_writer(&r), "argocd-controller");
-        assert_eq!(rules_writer(&route()), "an unknown writer");
     }
 }

@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use flotilla_core::backend::MirrorRoute;
 use flotilla_core::rollout::Weights;
-use flotilla_core::spec::rollout::{HeaderRoutingMatch, IstioTcpRoute, IstioTlsRoute};
+use flotilla_core::spec::rollout::{HeaderRoutingMatch, IstioTcpRoute, IstioTlsRoute, StringMatch};
 use serde_json::{Value, json};
 
 use super::gateway::RouteError;
@@ -52,6 +53,8 @@ pub struct VirtualServiceWanted {
     pub weights: Option<Weights>,
     /// Header routes in effect, by name.
     pub header_routes: BTreeMap<String, Vec<HeaderRoutingMatch>>,
+    /// Mirror routes in effect, by name.
+    pub mirror_routes: BTreeMap<String, MirrorRoute>,
     /// `managedRoutes`, in order: http routes of these names not in effect are removed, those
     /// in effect come first in this order.
     pub managed: Vec<String>,
@@ -265,27 +268,53 @@ pub fn weights_of(
         .collect())
 }
 
-fn header_match(m: &HeaderRoutingMatch) -> Result<Value, RouteError> {
-    let value = &m.header_value;
-    let condition = if let Some(exact) = &value.exact {
-        json!({"exact": exact})
-    } else if let Some(prefix) = &value.prefix {
-        json!({"prefix": prefix})
-    } else if let Some(regex) = &value.regex {
-        json!({"regex": regex})
+/// An Istio `StringMatch` (`exact`, `prefix` or `regex`); `what` names the condition in errors.
+fn string_match(m: &StringMatch, what: &str) -> Result<Value, RouteError> {
+    if let Some(exact) = &m.exact {
+        Ok(json!({"exact": exact}))
+    } else if let Some(prefix) = &m.prefix {
+        Ok(json!({"prefix": prefix}))
+    } else if let Some(regex) = &m.regex {
+        Ok(json!({"regex": regex}))
     } else {
-        return Err(RouteError(format!(
-            "the header route's condition on {:?} has no exact, prefix or regex",
-            m.header_name
-        )));
-    };
+        Err(RouteError(format!(
+            "the condition on {what} has no exact, prefix or regex"
+        )))
+    }
+}
+
+fn header_match(m: &HeaderRoutingMatch) -> Result<Value, RouteError> {
+    let condition = string_match(&m.header_value, &format!("header {:?}", m.header_name))?;
     Ok(json!({"headers": {m.header_name.as_str(): condition}}))
+}
+
+/// A mirror route's conditions as Istio `HTTPMatchRequest`s (method, uri, headers).
+fn mirror_matches(route: &MirrorRoute) -> Result<Vec<Value>, RouteError> {
+    route
+        .matches
+        .iter()
+        .map(|m| {
+            let mut out = json!({});
+            if let Some(method) = &m.method {
+                out["method"] = string_match(method, "the method")?;
+            }
+            if let Some(path) = &m.path {
+                out["uri"] = string_match(path, "the path")?;
+            }
+            for (name, value) in &m.headers {
+                out["headers"][name.as_str()] = string_match(value, &format!("header {name:?}"))?;
+            }
+            Ok(out)
+        })
+        .collect()
 }
 
 /// The VirtualService with Flotilla's change made: weights in every weighted route (the
 /// canary w, the stable 100 − w less the additional subsets' weights, others removed, as Argo
-/// does), header routes as `wanted` says (first, in `managedRoutes` order, each sending every
-/// matching request to the canary), everything else as read.
+/// does), header and mirror routes as `wanted` says (first, in `managedRoutes` order: a header
+/// route sends every matching request to the canary; a mirror route sends matching requests
+/// where the weighted route sends them and a copy of `percentage` of them to the canary),
+/// everything else as read.
 pub fn edited(
     vs: &Value,
     targets: Targets<'_>,
@@ -324,31 +353,49 @@ pub fn edited(
     }
     // Header routes: the ones in effect made again, first, in managedRoutes order.
     let http = array(&out, "http").to_vec();
-    if !http.is_empty() || !wanted.header_routes.is_empty() {
-        let port = routes
+    if !http.is_empty() || !wanted.header_routes.is_empty() || !wanted.mirror_routes.is_empty() {
+        let weighted_http = routes
             .iter()
             .find(|(kind, _)| *kind == "http")
-            .and_then(|&(_, i)| {
-                array(vs, "http")[i]["route"]
-                    .as_array()
-                    .and_then(|d| d.iter().find(|d| role(d, targets) == Role::Canary))
-                    .and_then(|d| d["destination"].get("port").cloned())
-            });
+            .map(|&(_, i)| out["spec"]["http"][i]["route"].clone());
+        let port = weighted_http.as_ref().and_then(|route| {
+            route
+                .as_array()
+                .and_then(|d| d.iter().find(|d| role(d, targets) == Role::Canary))
+                .and_then(|d| d["destination"].get("port").cloned())
+        });
+        let mut destination = json!({"host": canary_host});
+        if let Some((canary, _)) = targets.subsets {
+            destination["subset"] = json!(canary);
+        }
+        if let Some(port) = &port {
+            destination["port"] = port.clone();
+        }
         let mut first = Vec::new();
         for name in &wanted.managed {
             if let Some(matches) = wanted.header_routes.get(name) {
-                let mut destination = json!({"host": canary_host});
-                if let Some((canary, _)) = targets.subsets {
-                    destination["subset"] = json!(canary);
-                }
-                if let Some(port) = &port {
-                    destination["port"] = port.clone();
-                }
                 first.push(json!({
                     "name": name,
                     "match": matches.iter().map(header_match).collect::<Result<Vec<_>, _>>()?,
-                    "route": [{"destination": destination, "weight": 100}],
+                    "route": [{"destination": destination.clone(), "weight": 100}],
                 }));
+            } else if let Some(mirror) = wanted.mirror_routes.get(name) {
+                let Some(route) = &weighted_http else {
+                    return Err(RouteError(format!(
+                        "mirror route {name:?} needs a weighted http route to copy"
+                    )));
+                };
+                let mut made = json!({
+                    "name": name,
+                    "route": route.clone(),
+                    "mirror": destination.clone(),
+                    "mirrorPercentage": {"value": f64::from(mirror.percentage)},
+                });
+                let matches = mirror_matches(mirror)?;
+                if !matches.is_empty() {
+                    made["match"] = Value::Array(matches);
+                }
+                first.push(made);
             }
         }
         let rest = http
@@ -550,5 +597,63 @@ mod tests {
         );
         assert_eq!(subsets[2], dr["spec"]["subsets"][2]);
         assert!(edited_destination_rule(&dr, ("canary", "gone"), ("c", "s"), None).is_err());
+    }
+
+    #[test]
+    fn mirror_routes_copy_the_weighted_route_and_mirror_to_the_canary() {
+        use flotilla_core::spec::rollout::{RouteMatch, StringMatch};
+        let mut wanted = VirtualServiceWanted {
+            weights: Some(Weights {
+                canary: 10,
+                stable: 90,
+            }),
+            managed: vec!["shadow".into()],
+            ..Default::default()
+        };
+        wanted.mirror_routes.insert(
+            "shadow".into(),
+            MirrorRoute {
+                matches: vec![RouteMatch {
+                    method: Some(StringMatch {
+                        exact: Some("GET".into()),
+                        ..Default::default()
+                    }),
+                    path: Some(StringMatch {
+                        prefix: Some("/pay".into()),
+                        ..Default::default()
+                    }),
+                    headers: Default::default(),
+                }],
+                percentage: 35,
+            },
+        );
+        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let http = out["spec"]["http"].as_array().unwrap();
+        assert_eq!(http.len(), 2);
+        let mirror = &http[0];
+        assert_eq!(mirror["name"], "shadow");
+        assert_eq!(mirror["match"][0]["method"]["exact"], "GET");
+        assert_eq!(mirror["match"][0]["uri"]["prefix"], "/pay");
+        assert_eq!(mirror["mirror"]["host"], "payments-canary");
+        assert_eq!(mirror["mirror"]["port"]["number"], 80);
+        assert_eq!(mirror["mirrorPercentage"]["value"], 35.0);
+        assert_eq!(
+            mirror["route"], http[1]["route"],
+            "the same split as the weighted route"
+        );
+        // The mirror route is managed: it is not the weighted route, and goes when removed.
+        assert_eq!(
+            weights_of(&out, host_based(), selected(), &wanted.managed).unwrap(),
+            vec![
+                Weights {
+                    canary: 10,
+                    stable: 90
+                };
+                2
+            ]
+        );
+        wanted.mirror_routes.clear();
+        let again = edited(&out, host_based(), selected(), &wanted, "payments-canary").unwrap();
+        assert_eq!(again["spec"]["http"].as_array().unwrap().len(), 1);
     }
 }

@@ -137,18 +137,24 @@ fn analysis_run_resource() -> ApiResource {
 impl KubeBackend {
     /// What a Kubernetes backend can do: replica-based canaries and blue-green, and canaries
     /// routed by weight through Gateway API routes (`argoproj-labs/gatewayAPI`, with header
-    /// routes of up to 16 header conditions, Gateway API's own bound); no mirror routes.
+    /// routes of up to 16 header conditions, Gateway API's own bound) or Istio VirtualServices
+    /// and DestinationRules (header and mirror routes); mirror routes only through Istio.
     pub fn capabilities() -> Capabilities {
         Capabilities {
             backend: "kubernetes".to_owned(),
-            traffic: TrafficProviders::Only(vec![format!(
-                "plugins/{}",
-                flotilla_core::spec::rollout::GATEWAY_API_PLUGIN
-            )]),
+            traffic: TrafficProviders::Only(vec![
+                format!(
+                    "plugins/{}",
+                    flotilla_core::spec::rollout::GATEWAY_API_PLUGIN
+                ),
+                "istio".to_owned(),
+            ]),
             header_route_matches: 16,
-            mirroring: false,
-            mirror_headers: 0,
-            mirror_method_path: false,
+            mirroring: true,
+            mirror_headers: 16,
+            mirror_method_path: true,
+            mirror_alternatives: 16,
+            mirror_providers: vec!["istio".to_owned()],
             templates: true,
         }
     }
@@ -632,9 +638,12 @@ impl KubeBackend {
             .point_services(&client, &rollout, desired, &hashes, &existing)
             .await;
         // The routes' weights once the Services select their revisions (as Argo orders them).
+        let serving = desired.serving.and_then(|r| hashes.get(&r)).cloned();
+        let subset_hashes =
+            serving.map(|s| (canary_hash(desired, &hashes, &existing, &s), s.clone()));
         let routed = match pointed {
             Ok(()) => self
-                .route_traffic(&client, &rollout, desired)
+                .route_traffic(&client, &rollout, desired, subset_hashes)
                 .await
                 .map(|weights| notices.extend(weights)),
             Err(e) => Err(e),
@@ -707,9 +716,7 @@ impl KubeBackend {
             if let Some(service) = canary.get("canaryService").and_then(Value::as_str) {
                 // The canary Service switches once the canary's ReplicaSet exists (Argo waits
                 // for it), and back to stable on abort.
-                let canary_hash = hash(desired.canary())
-                    .filter(|h| existing.contains_key(h) && !desired.progress.abort)
-                    .unwrap_or_else(|| serving.clone());
+                let canary_hash = canary_hash(desired, hashes, existing, &serving);
                 wanted.push((
                     "spec.strategy.canary.canaryService".into(),
                     service,
@@ -1334,6 +1341,22 @@ fn requested_of(rs: &ReplicaSet) -> i32 {
     rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
 }
 
+/// The hash the canary's traffic goes to (its Service, its DestinationRule subset): the
+/// canary revision's once its ReplicaSet exists (Argo waits for it), the serving one's before
+/// that and on abort.
+fn canary_hash(
+    desired: &ClusterDesired,
+    hashes: &BTreeMap<RevisionNumber, String>,
+    existing: &BTreeMap<String, ReplicaSet>,
+    serving: &str,
+) -> String {
+    desired
+        .canary()
+        .and_then(|r| hashes.get(&r))
+        .filter(|h| existing.contains_key(*h) && !desired.progress.abort)
+        .cloned()
+        .unwrap_or_else(|| serving.to_owned())
+}
 /// The image of a ReplicaSet's first container.
 fn first_image(rs: &ReplicaSet) -> Option<String> {
     rs.spec

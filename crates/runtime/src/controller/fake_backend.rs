@@ -183,6 +183,8 @@ impl ClusterBackend for FakeBackend {
             mirroring: false,
             mirror_headers: 0,
             mirror_method_path: false,
+            mirror_alternatives: 1,
+            mirror_providers: Vec::new(),
             templates: false,
         }
     }

@@ -239,7 +239,9 @@ fn weighted(
     Ok(out)
 }
 
-/// The (canary, stable) weights of every weighted route, in order.
+/// The (canary, stable) weights of every weighted route, in order; the additional subsets'
+/// weights count in the stable's share, which [`edited`] carves them out of (so a route
+/// holding the weights Flotilla asked for reads back as asked).
 pub fn weights_of(
     vs: &Value,
     targets: Targets<'_>,
@@ -262,7 +264,7 @@ pub fn weights_of(
             };
             Weights {
                 canary: sum(Role::Canary),
-                stable: sum(Role::Stable),
+                stable: sum(Role::Stable) + sum(Role::Additional),
             }
         })
         .collect())
@@ -655,5 +657,32 @@ mod tests {
         wanted.mirror_routes.clear();
         let again = edited(&out, host_based(), selected(), &wanted, "payments-canary").unwrap();
         assert_eq!(again["spec"]["http"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn additional_subsets_keep_their_weight_out_of_the_stables_share() {
+        let additional = ["legacy".to_owned()];
+        let targets = Targets {
+            additional: &additional,
+            ..subset_based()
+        };
+        let vs = json!({"spec": {"http": [{"route": [
+            {"destination": {"host": "payments", "subset": "stable"}, "weight": 90},
+            {"destination": {"host": "payments", "subset": "canary"}, "weight": 0},
+            {"destination": {"host": "payments", "subset": "legacy"}, "weight": 10}]}]}});
+        let asked = Weights {
+            canary: 30,
+            stable: 70,
+        };
+        let wanted = VirtualServiceWanted {
+            weights: Some(asked),
+            ..Default::default()
+        };
+        let out = edited(&vs, targets, selected(), &wanted, "payments").unwrap();
+        let route = &out["spec"]["http"][0]["route"];
+        assert_eq!(route[0]["weight"], 60);
+        assert_eq!(route[1]["weight"], 30);
+        assert_eq!(route[2]["weight"], 10);
+        assert_eq!(weights_of(&out, targets, selected(), &[]).unwrap(), [asked]);
     }
 }

@@ -100,13 +100,17 @@ fn http_indices(
     managed: &[String],
 ) -> Result<Vec<usize>, RouteError> {
     let name = |r: &Value| r["name"].as_str().unwrap_or("").to_owned();
+    if names.is_empty() && routes.is_empty() {
+        // A VirtualService of tls or tcp routes only.
+        return Ok(Vec::new());
+    }
     if names.is_empty() {
         let unmanaged: Vec<usize> = (0..routes.len())
             .filter(|&i| !managed.contains(&name(&routes[i])))
             .collect();
         return match unmanaged.as_slice() {
             [only] => Ok(vec![*only]),
-            [] => Err(RouteError("the VirtualService has no http route".into())),
+            [] => Ok(Vec::new()),
             _ => Err(RouteError(
                 "spec.http has more than one route: name the ones to weigh in the Rollout's virtualService.routes".into(),
             )),
@@ -122,33 +126,61 @@ fn http_indices(
         .collect()
 }
 
-/// The tls routes matching each selector (port and the same set of SNI hosts).
+/// The one port a route's matches name (a match without one counts as port 0, as Argo counts
+/// it); None when they name several (Argo never matches such a route).
+fn single_port(route: &Value) -> Option<i64> {
+    let mut ports: Vec<i64> = route["match"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|m| m["port"].as_i64().unwrap_or(0))
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    match ports.as_slice() {
+        [] => Some(0),
+        [port] => Some(*port),
+        _ => None,
+    }
+}
+
+/// Without selectors: the only route of `kind` (none: no route), several being an error, as
+/// Argo's validation has it.
+fn only_route(routes: &[Value], kind: &str) -> Result<Vec<usize>, RouteError> {
+    match routes.len() {
+        0 => Ok(Vec::new()),
+        1 => Ok(vec![0]),
+        _ => Err(RouteError(format!(
+            "spec.{kind} has more than one route: select the ones to weigh in the Rollout's virtualService.{kind}Routes"
+        ))),
+    }
+}
+
+/// The tls routes matching each selector (one port, equal to the selector's, and the same set
+/// of SNI hosts).
 fn tls_indices(routes: &[Value], selectors: &[IstioTlsRoute]) -> Result<Vec<usize>, RouteError> {
     if selectors.is_empty() {
-        return Ok(if routes.is_empty() { vec![] } else { vec![0] });
+        return only_route(routes, "tls");
     }
     let mut out = Vec::new();
     for selector in selectors {
+        let mut wanted: Vec<&str> = selector.sni_hosts.iter().map(String::as_str).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
         let found: Vec<usize> = routes
             .iter()
             .enumerate()
             .filter(|(_, route)| {
-                let matches = route["match"].as_array().map_or(&[][..], Vec::as_slice);
-                let mut ports: Vec<i64> =
-                    matches.iter().filter_map(|m| m["port"].as_i64()).collect();
-                ports.dedup();
-                let mut sni: Vec<&str> = matches
+                let mut sni: Vec<&str> = route["match"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice)
                     .iter()
                     .flat_map(|m| m["sniHosts"].as_array().map_or(&[][..], Vec::as_slice))
                     .filter_map(Value::as_str)
                     .collect();
                 sni.sort_unstable();
                 sni.dedup();
-                let mut wanted: Vec<&str> = selector.sni_hosts.iter().map(String::as_str).collect();
-                wanted.sort_unstable();
-                ports.len() <= 1
-                    && ports.first().copied().unwrap_or(0) == selector.port.unwrap_or(0)
-                    && sni == wanted
+                single_port(route) == Some(selector.port.unwrap_or(0)) && sni == wanted
             })
             .map(|(i, _)| i)
             .collect();
@@ -164,21 +196,17 @@ fn tls_indices(routes: &[Value], selectors: &[IstioTlsRoute]) -> Result<Vec<usiz
     Ok(out)
 }
 
-/// The tcp routes matching each selector's port.
+/// The tcp routes matching each selector's port (one port, equal to the selector's).
 fn tcp_indices(routes: &[Value], selectors: &[IstioTcpRoute]) -> Result<Vec<usize>, RouteError> {
     if selectors.is_empty() {
-        return Ok(if routes.is_empty() { vec![] } else { vec![0] });
+        return only_route(routes, "tcp");
     }
     let mut out = Vec::new();
     for selector in selectors {
         let found: Vec<usize> = routes
             .iter()
             .enumerate()
-            .filter(|(_, route)| {
-                route["match"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["port"].as_i64() == selector.port))
-            })
+            .filter(|(_, route)| single_port(route) == Some(selector.port.unwrap_or(0)))
             .map(|(i, _)| i)
             .collect();
         if found.is_empty() {
@@ -212,6 +240,11 @@ fn weighted(
     }
     for i in tcp_indices(array(vs, "tcp"), selected.tcp)? {
         out.push(("tcp", i));
+    }
+    if out.is_empty() {
+        return Err(RouteError(
+            "the VirtualService has no http, tls or tcp route to weigh".into(),
+        ));
     }
     for &(kind, i) in &out {
         let destinations = array(vs, kind)[i]["route"]
@@ -322,7 +355,6 @@ pub fn edited(
     targets: Targets<'_>,
     selected: Selected<'_>,
     wanted: &VirtualServiceWanted,
-    canary_host: &str,
 ) -> Result<Value, RouteError> {
     let routes = weighted(vs, targets, selected, &wanted.managed)?;
     let mut out = vs.clone();
@@ -366,7 +398,23 @@ pub fn edited(
                 .and_then(|d| d.iter().find(|d| role(d, targets) == Role::Canary))
                 .and_then(|d| d["destination"].get("port").cloned())
         });
-        let mut destination = json!({"host": canary_host});
+        // With subsets, the host of the weighted route's canary destination (the
+        // DestinationRule's host); else the canary Service, as Argo names it.
+        let host = match targets.subsets {
+            Some(_) => weighted_http
+                .as_ref()
+                .and_then(|route| {
+                    route
+                        .as_array()?
+                        .iter()
+                        .find(|d| role(d, targets) == Role::Canary)?["destination"]["host"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| targets.canary_service.to_owned()),
+            None => targets.canary_service.to_owned(),
+        };
+        let mut destination = json!({"host": host});
         if let Some((canary, _)) = targets.subsets {
             destination["subset"] = json!(canary);
         }
@@ -391,7 +439,7 @@ pub fn edited(
                     "name": name,
                     "route": route.clone(),
                     "mirror": destination.clone(),
-                    "mirrorPercentage": {"value": f64::from(mirror.percentage)},
+                    "mirrorPercentage": {"value": mirror.percentage},
                 });
                 let matches = mirror_matches(mirror)?;
                 if !matches.is_empty() {
@@ -491,7 +539,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let out = edited(&vs(), host_based(), selected(), &wanted).unwrap();
         assert_eq!(
             weights_of(&out, host_based(), selected(), &[]).unwrap(),
             vec![
@@ -518,7 +566,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let out = edited(&vs, subset_based(), selected(), &wanted, "payments").unwrap();
+        let out = edited(&vs, subset_based(), selected(), &wanted).unwrap();
         let route = out["spec"]["http"][0]["route"].as_array().unwrap();
         assert_eq!(
             route.len(),
@@ -569,13 +617,13 @@ mod tests {
                 },
             }],
         );
-        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let out = edited(&vs(), host_based(), selected(), &wanted).unwrap();
         let http = out["spec"]["http"].as_array().unwrap();
         assert_eq!(http[0]["name"], "beta");
         assert_eq!(http[0]["match"][0]["headers"]["x-beta"]["exact"], "1");
         assert_eq!(http[0]["route"][0]["destination"]["port"]["number"], 80);
         wanted.header_routes.clear();
-        let again = edited(&out, host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let again = edited(&out, host_based(), selected(), &wanted).unwrap();
         assert_eq!(again["spec"]["http"].as_array().unwrap().len(), 1);
         assert_eq!(again["spec"]["http"][0]["name"], "primary");
     }
@@ -629,7 +677,7 @@ mod tests {
                 percentage: 35,
             },
         );
-        let out = edited(&vs(), host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let out = edited(&vs(), host_based(), selected(), &wanted).unwrap();
         let http = out["spec"]["http"].as_array().unwrap();
         assert_eq!(http.len(), 2);
         let mirror = &http[0];
@@ -638,7 +686,11 @@ mod tests {
         assert_eq!(mirror["match"][0]["uri"]["prefix"], "/pay");
         assert_eq!(mirror["mirror"]["host"], "payments-canary");
         assert_eq!(mirror["mirror"]["port"]["number"], 80);
-        assert_eq!(mirror["mirrorPercentage"]["value"], 35.0);
+        assert_eq!(
+            mirror["mirrorPercentage"]["value"],
+            json!(35),
+            "as the API server returns it"
+        );
         assert_eq!(
             mirror["route"], http[1]["route"],
             "the same split as the weighted route"
@@ -655,7 +707,7 @@ mod tests {
             ]
         );
         wanted.mirror_routes.clear();
-        let again = edited(&out, host_based(), selected(), &wanted, "payments-canary").unwrap();
+        let again = edited(&out, host_based(), selected(), &wanted).unwrap();
         assert_eq!(again["spec"]["http"].as_array().unwrap().len(), 1);
     }
 
@@ -678,11 +730,54 @@ mod tests {
             weights: Some(asked),
             ..Default::default()
         };
-        let out = edited(&vs, targets, selected(), &wanted, "payments").unwrap();
+        let out = edited(&vs, targets, selected(), &wanted).unwrap();
         let route = &out["spec"]["http"][0]["route"];
         assert_eq!(route[0]["weight"], 60);
         assert_eq!(route[1]["weight"], 30);
         assert_eq!(route[2]["weight"], 10);
         assert_eq!(weights_of(&out, targets, selected(), &[]).unwrap(), [asked]);
+    }
+
+    #[test]
+    fn tls_and_tcp_routes_are_chosen_as_argo_chooses_them() {
+        let split = json!([
+            {"destination": {"host": "payments-stable"}, "weight": 100},
+            {"destination": {"host": "payments-canary"}, "weight": 0}]);
+        // Only tcp routes: no http route needed.
+        let tcp_only = json!({"spec": {"tcp": [
+            {"match": [{"port": 9000}, {"port": 9001}], "route": split},
+            {"match": [{"port": 9000}], "route": split}]}});
+        let ports = [IstioTcpRoute { port: Some(9000) }];
+        let chosen = Selected {
+            tcp: &ports,
+            ..selected()
+        };
+        assert_eq!(
+            weighted(&tcp_only, host_based(), chosen, &[]).unwrap(),
+            [("tcp", 1)],
+            "a route matching two ports is never chosen"
+        );
+        // Two tcp routes and no selector: refused, not the first taken.
+        let error = weights_of(&tcp_only, host_based(), selected(), &[]).unwrap_err();
+        assert!(
+            error.0.contains("spec.tcp has more than one route"),
+            "{error:?}"
+        );
+        // A tls match without a port is port 0.
+        let tls = json!({"spec": {"tls": [{"match": [{"sniHosts": ["b", "a"]}], "route": split}]}});
+        let selectors = [IstioTlsRoute {
+            port: None,
+            sni_hosts: vec!["a".into(), "b".into()],
+        }];
+        let chosen = Selected {
+            tls: &selectors,
+            ..selected()
+        };
+        assert_eq!(
+            weighted(&tls, host_based(), chosen, &[]).unwrap(),
+            [("tls", 0)]
+        );
+        let nothing = json!({"spec": {"hosts": ["payments"]}});
+        assert!(weights_of(&nothing, host_based(), selected(), &[]).is_err());
     }
 }

@@ -639,8 +639,18 @@ impl KubeBackend {
             .await;
         // The routes' weights once the Services select their revisions (as Argo orders them).
         let serving = desired.serving.and_then(|r| hashes.get(&r)).cloned();
-        let subset_hashes =
-            serving.map(|s| (canary_hash(desired, &hashes, &existing, &s), s.clone()));
+        // A DestinationRule's canary subset moves to the canary's hash once a Pod of it is
+        // available to take traffic (Argo delays the subset update likewise, its issue 2507).
+        let subset_hashes = serving.map(|s| {
+            let canary = canary_hash(desired, &hashes, &existing, &s);
+            let available = existing
+                .get(&canary)
+                .and_then(|rs| rs.status.as_ref())
+                .and_then(|status| status.available_replicas)
+                .unwrap_or(0)
+                > 0;
+            (if available { canary } else { s.clone() }, s)
+        });
         let routed = match pointed {
             Ok(()) => self
                 .route_traffic(&client, &rollout, desired, subset_hashes)

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use flotilla_core::backend::{BackendError, ClusterDesired, ClusterNotice};
 use flotilla_core::rollout::Weights;
 use flotilla_core::spec::rollout::{
-    GATEWAY_API_PLUGIN, GatewayApiRouting, GatewayRoute, IstioTrafficRouting, IstioVirtualService,
-    gateway_api_field,
+    GATEWAY_API_PLUGIN, GatewayApiRouting, GatewayRoute, IstioDestinationRule, IstioTrafficRouting,
+    IstioVirtualService, gateway_api_field,
 };
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -186,8 +186,13 @@ fn istio_of(rollout: &Value) -> Result<Option<IstioOf>, BackendError> {
     if routing.destination_rule.is_none()
         && (canary_service.is_empty() || stable_service.is_empty())
     {
+        let missing = if canary_service.is_empty() {
+            "canaryService"
+        } else {
+            "stableService"
+        };
         return Err(BackendError::Invalid {
-            field: "spec.strategy.canary.canaryService".to_owned(),
+            field: format!("spec.strategy.canary.{missing}"),
             message: "Istio host-based routing needs canaryService and stableService (or a destinationRule for subset-based routing)".to_owned(),
         });
     }
@@ -235,6 +240,15 @@ impl IstioOf {
             subsets: rule.map(|r| (r.canary_subset_name.as_str(), r.stable_subset_name.as_str())),
             additional: rule.map_or(&[], |r| r.additional_subset_names.as_slice()),
         }
+    }
+}
+
+/// A VirtualService's name and namespace from `name` or `name.namespace` as Argo reads it:
+/// `.cluster.local` dropped, the namespace after the last dot.
+fn virtual_service_ref(name: &str) -> (&str, Option<&str>) {
+    match name.trim_end_matches(".cluster.local").rsplit_once('.') {
+        Some((name, namespace)) => (name, Some(namespace)),
+        None => (name, None),
     }
 }
 
@@ -312,15 +326,12 @@ impl KubeBackend {
         )
     }
 
-    /// A VirtualService named `name` or `name.namespace`, as Argo reads it.
+    /// A VirtualService named `name` or `name.namespace`.
     fn virtual_service_target(&self, client: &kube::Client, field: String, name: &str) -> Target {
         self.target(
             client,
             VIRTUAL_SERVICE,
-            match name.split_once('.') {
-                Some((name, namespace)) => (name, Some(namespace)),
-                None => (name, None),
-            },
+            virtual_service_ref(name),
             field,
             "the routes' weights (jqPathExpressions .spec.http[].route[].weight, and of tls and tcp routes)".to_owned(),
         )
@@ -493,6 +504,10 @@ impl KubeBackend {
         Ok(notices)
     }
 
+    /// The Rollout's Istio objects: the DestinationRule's subsets first when the canary gains
+    /// weight (a subset selects its revision before traffic is sent to it), the
+    /// VirtualServices first when it has none or is aborted (its weight leaves before the
+    /// subset moves, and a DestinationRule that cannot be written never holds weight 0 back).
     async fn route_istio(
         &self,
         client: &kube::Client,
@@ -500,76 +515,97 @@ impl KubeBackend {
         desired: &ClusterDesired,
         hashes: Option<(String, String)>,
     ) -> Result<Vec<ClusterNotice>, BackendError> {
+        let weights_first = desired.progress.abort || desired.weights.is_none_or(|w| w.canary == 0);
         let mut notices = Vec::new();
-        let targets = mesh.targets();
-        // The DestinationRule first, as Argo orders it: a subset selects its revision before
-        // any weight sends traffic to it.
-        let mut canary_host = mesh.canary_service.clone();
-        if let (Some(rule), Some((canary_hash, stable_hash))) =
-            (&mesh.routing.destination_rule, hashes)
-        {
-            let cluster = self
-                .endpoint
-                .istio
-                .as_ref()
-                .and_then(|i| i.cluster.as_deref());
-            let target = self.target(
-                client,
-                DESTINATION_RULE,
-                (&rule.name, None),
-                format!("{ISTIO_FIELD}.destinationRule"),
-                "the subsets' labels (jqPathExpressions .spec.subsets[].labels)".to_owned(),
-            );
-            let subsets = (
-                rule.canary_subset_name.as_str(),
-                rule.stable_subset_name.as_str(),
-            );
-            let written = self
-                .write(
-                    &target,
-                    &format!("{canary_hash}/{stable_hash}/{cluster:?}"),
-                    |read| {
-                        istio::edited_destination_rule(
-                            read,
-                            subsets,
-                            (&canary_hash, &stable_hash),
-                            cluster,
-                        )
-                    },
-                )
-                .await?;
-            if let Some(host) = written.before["spec"]["host"].as_str() {
-                canary_host = host.to_owned();
-            }
-            if written.changed {
-                notices.push(ClusterNotice {
-                    warning: false,
-                    reason: "DestinationRuleUpdated".to_owned(),
-                    message: format!(
-                        "DestinationRule {} subset updated (canary: {canary_hash}, stable: {stable_hash})",
-                        rule.name
-                    ),
-                });
-            }
+        if weights_first {
+            notices.extend(self.route_virtual_services(client, mesh, desired).await?);
         }
+        if let (Some(rule), Some(hashes)) = (&mesh.routing.destination_rule, hashes) {
+            notices.extend(self.point_subsets(client, rule, hashes).await?);
+        }
+        if !weights_first {
+            notices.extend(self.route_virtual_services(client, mesh, desired).await?);
+        }
+        Ok(notices)
+    }
+
+    /// The DestinationRule's canary and stable subsets select `hashes` (canary, stable), and
+    /// the cluster's mesh id when it has one.
+    async fn point_subsets(
+        &self,
+        client: &kube::Client,
+        rule: &IstioDestinationRule,
+        (canary_hash, stable_hash): (String, String),
+    ) -> Result<Option<ClusterNotice>, BackendError> {
+        let cluster = self
+            .endpoint
+            .istio
+            .as_ref()
+            .and_then(|i| i.cluster.as_deref());
+        let target = self.target(
+            client,
+            DESTINATION_RULE,
+            (&rule.name, None),
+            format!("{ISTIO_FIELD}.destinationRule"),
+            "the subsets' labels (jqPathExpressions .spec.subsets[].labels)".to_owned(),
+        );
+        let (canary, stable) = (
+            rule.canary_subset_name.as_str(),
+            rule.stable_subset_name.as_str(),
+        );
+        let written = self
+            .write(
+                &target,
+                &format!("{canary_hash}/{stable_hash}/{cluster:?}"),
+                |read| {
+                    istio::edited_destination_rule(
+                        read,
+                        (canary, stable),
+                        (&canary_hash, &stable_hash),
+                        cluster,
+                    )
+                },
+            )
+            .await?;
+        Ok(written.changed.then(|| ClusterNotice {
+            warning: false,
+            // Argo's reason and message.
+            reason: "UpdatedDestinationRule".to_owned(),
+            message: format!(
+                "DestinationRule {} subset updated ({canary}: {canary_hash}, {stable}: {stable_hash})",
+                rule.name
+            ),
+        }))
+    }
+
+    /// Each VirtualService of the Rollout with the engine's weights, header and mirror routes.
+    async fn route_virtual_services(
+        &self,
+        client: &kube::Client,
+        mesh: &IstioOf,
+        desired: &ClusterDesired,
+    ) -> Result<Vec<ClusterNotice>, BackendError> {
         let wanted = VirtualServiceWanted {
             weights: desired.weights,
             header_routes: desired.header_routes.clone(),
             mirror_routes: desired.mirror_routes.clone(),
             managed: mesh.managed.clone(),
         };
+        let mut notices = Vec::new();
         if wanted.weights.is_none()
             && wanted.header_routes.is_empty()
             && wanted.mirror_routes.is_empty()
             && desired.managed_routes.is_empty()
         {
+            // Nothing asked of the routes yet (a first deployment): their weights stand.
             return Ok(notices);
         }
+        let targets = mesh.targets();
         for (field, vs) in mesh.virtual_services() {
             let target = self.virtual_service_target(client, field, &vs.name);
             let written = self
                 .write(&target, &format!("{wanted:?}"), |read| {
-                    istio::edited(read, targets, selected(vs), &wanted, &canary_host)
+                    istio::edited(read, targets, selected(vs), &wanted)
                 })
                 .await?;
             if written.changed {
@@ -666,6 +702,20 @@ mod tests {
         ]);
         assert_eq!(spec_writer(&r, &["rules"]), "argocd-controller");
         assert_eq!(spec_writer(&r, &["http", "tcp"]), "istio-admin");
+    }
+
+    #[test]
+    fn a_virtual_service_is_named_as_argo_reads_it() {
+        assert_eq!(virtual_service_ref("payments"), ("payments", None));
+        assert_eq!(
+            virtual_service_ref("payments.shop"),
+            ("payments", Some("shop"))
+        );
+        assert_eq!(virtual_service_ref("my.vs.shop"), ("my.vs", Some("shop")));
+        assert_eq!(
+            virtual_service_ref("payments.shop.svc.cluster.local"),
+            ("payments.shop", Some("svc"))
+        );
     }
 
     #[test]

@@ -946,6 +946,15 @@ fn a_bad_configuration_is_refused_and_starts_nothing() {
         .unwrap();
     let line = first_line(&mut child);
     assert!(line.contains("listening"), "{line}");
+    // It runs with 2 malloc arenas (it ran itself again with them: the same process).
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == b"MALLOC_ARENA_MAX=2"),
+        "{}",
+        String::from_utf8_lossy(&environ)
+    );
     child.kill().unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(

@@ -11,7 +11,7 @@
 //! | `GET /v1/fleets/{name}/clusters/{cluster}` | `RolloutView` |
 //! | `GET /v1/fleets/{name}/history` | `[AuditEntry]` |
 //! | `POST /v1/fleets/{name}/commands` (token) | `OperatorCommand` in, 202 `{"id", "message"}` |
-//! | `GET /v1/events` | `text/event-stream` of `AuditEntry` |
+//! | `GET /v1/events` | `text/event-stream` of `AuditEntry` (`id`: its sequence number; `Last-Event-ID` replays; `gap` when missed) |
 //! | `POST /v1/sync` (token) | reads the Git source now; 202 |
 
 use std::convert::Infallible;
@@ -280,14 +280,60 @@ async fn sync(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Result<R
         .into_response())
 }
 
+/// One audit entry as a server-sent event: its kind the event's name, its sequence number the
+/// event's `id`.
+fn audit_event(entry: &super::record::AuditEntry) -> Option<Event> {
+    let data = serde_json::to_string(entry).ok()?;
+    Some(
+        Event::default()
+            .id(entry.seq.to_string())
+            .event(entry.kind.as_str())
+            .data(data),
+    )
+}
+
+/// A `gap` event: entries were missed (the client was too slow, or they could not be read
+/// back); the client reloads what it shows (`/v1/fleets/{name}/history`).
+fn gap_event(missed: Option<u64>) -> Event {
+    Event::default()
+        .event("gap")
+        .data(json!({"missed": missed}).to_string())
+}
+
+/// The audit entries as they are decided. A client that reconnects with `Last-Event-ID` (as an
+/// `EventSource` does) first gets the entries it missed, from the store, then the live ones, with
+/// none twice; a client that falls behind gets a `gap` event instead of a silent loss.
 async fn events(
     State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
-    let stream = BroadcastStream::new(shared.events.subscribe()).filter_map(|entry| {
-        let entry = entry.ok()?;
-        let data = serde_json::to_string(&entry).ok()?;
-        Some(Ok(Event::default().event(entry.kind.as_str()).data(data)))
+    // Subscribed before the store is read: nothing decided meanwhile is lost.
+    let live = BroadcastStream::new(shared.events.subscribe());
+    let last: Option<u64> = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    let mut first = Vec::new();
+    // The last entry the client has (none: it takes the live ones only).
+    let mut seen = last;
+    if let Some(last) = last {
+        let store = shared.store.clone();
+        match tokio::task::spawn_blocking(move || store.audit(None, last + 1)).await {
+            Ok(Ok(missed)) => {
+                seen = Some(missed.last().map_or(last, |e| e.seq));
+                first.extend(missed.iter().filter_map(audit_event));
+            }
+            _ => first.push(gap_event(None)),
+        }
+    }
+    let live = live.filter_map(move |item| match item {
+        Ok(entry) if seen.is_some_and(|seen| entry.seq <= seen) => None,
+        Ok(entry) => audit_event(&entry),
+        Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(missed)) => {
+            Some(gap_event(Some(missed)))
+        }
     });
+    let stream = tokio_stream::iter(first).chain(live).map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
@@ -495,5 +541,92 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(status(r), 200);
+    }
+
+    /// Reads the event stream at `url` (with `last` as `Last-Event-ID`) until `until` holds of
+    /// the text read, at most 10 s.
+    async fn read_events(url: &str, last: Option<u64>, until: impl Fn(&str) -> bool) -> String {
+        let client = reqwest::Client::new();
+        let mut request = client.get(url);
+        if let Some(last) = last {
+            request = request.header("last-event-id", last.to_string());
+        }
+        let mut response = request.send().await.unwrap();
+        let mut text = String::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !until(&text) {
+            let chunk = tokio::time::timeout_at(deadline, response.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("events: {text}"))
+                .unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn events_carry_their_sequence_replay_what_was_missed_and_say_a_gap() {
+        use super::super::record::{AuditEntry, AuditKind};
+        use super::super::store::TickWrite;
+        let (base, shared, _dir) = api(false).await;
+        let url = format!("{base}/v1/events");
+        let entry = |n: u64| {
+            AuditEntry::new(
+                n as i64,
+                "payments",
+                "r1",
+                AuditKind::Command,
+                None,
+                format!("e{n}"),
+            )
+        };
+        // Three decisions stored (sequences 1-3); a client that had 1 gets 2 and 3 from the
+        // store, then the live 4, each once.
+        let stored = shared
+            .store
+            .commit_ticks(vec![TickWrite {
+                audit: (1..=3).map(entry).collect(),
+                ..TickWrite::default()
+            }])
+            .unwrap();
+        let reader = tokio::spawn({
+            let url = url.clone();
+            async move { read_events(&url, Some(1), |t| t.contains("\"e4\"")).await }
+        });
+        while shared.events.receiver_count() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // A live copy of an entry the store already gave: not sent twice.
+        let _ = shared.events.send(stored[0][2].clone());
+        let mut fourth = entry(4);
+        fourth.seq = 4;
+        let _ = shared.events.send(fourth);
+        let text = reader.await.unwrap();
+        let ids: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")))
+            .collect();
+        assert_eq!(ids, ["2", "3", "4"], "{text}");
+        assert!(!text.contains("\"e1\""), "{text}");
+        // A client that falls behind the channel (16 here) is told, not silently skipped (a
+        // daemon of its own: the first client's subscription may outlive its connection).
+        let (base, shared, _dir) = api(false).await;
+        let url = format!("{base}/v1/events");
+        let reader = tokio::spawn(async move {
+            read_events(&url, None, |t| {
+                t.contains("event: gap") || t.contains("event:gap")
+            })
+            .await
+        });
+        while shared.events.receiver_count() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        for n in 10..50 {
+            let mut e = entry(n);
+            e.seq = n;
+            let _ = shared.events.send(e);
+        }
+        let text = reader.await.unwrap();
+        assert!(text.contains("\"missed\":"), "{text}");
     }
 }

@@ -72,6 +72,10 @@ pub struct DemoArgs {
     /// releases by commit; the controller's rollback or pin commit is in `git log` afterwards.
     #[arg(long, value_name = "DIR")]
     gitops: Option<PathBuf>,
+    /// After the story, keep every process running (agents, daemon, dashboard) until Ctrl-C,
+    /// for a look around.
+    #[arg(long)]
+    hold: bool,
 }
 
 /// The metrics-outage story's outage of one cluster's Prometheus, driven from the live view.
@@ -467,7 +471,13 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
     let event: serde_json::Value = serde_json::from_str(&line)
         .with_context(|| format!("unexpected output from serve: {line}"))?;
     let api = format!("http://{}", event["api"].as_str().unwrap_or_default());
-    let token = std::fs::read_to_string(processes.dir.join("state.redb.token"))?;
+    let token_path = processes.dir.join("state.redb.token");
+    let token = std::fs::read_to_string(&token_path)?;
+    let dashboard = format!("{api}/dashboard/");
+    say(&format!(
+        "dashboard: {dashboard} (reads are open; actions need the API token in {})",
+        token_path.display()
+    ));
     let client = ApiClient::new(&api, Some(token.trim().to_owned()));
     // Wait for every cluster's stable version to be ready (the first revision settles).
     let started = Instant::now();
@@ -764,6 +774,12 @@ async fn demo(args: &DemoArgs, processes: &mut Processes) -> anyhow::Result<Exit
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!("\n{}", summary_text(&summary));
+    }
+    if args.hold {
+        say(&format!(
+            "holding: every process keeps running; the dashboard is at {dashboard}; Ctrl-C stops them"
+        ));
+        std::future::pending::<()>().await;
     }
     Ok(if passed {
         ExitCode::SUCCESS

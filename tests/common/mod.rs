@@ -5,6 +5,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command};
 
+/// Headless Chromium through chromedriver.
+pub mod browser;
+
 /// The Kubernetes tests' shared parts.
 #[cfg(feature = "kubernetes-tests")]
 pub mod k8s;

@@ -14,6 +14,7 @@
 use std::sync::OnceLock;
 
 use expr::{Context, ContextProvider, Environment, Program, Value};
+use serde::{Deserialize, Serialize};
 
 /// Longest condition accepted, in bytes.
 pub const MAX_CONDITION_BYTES: usize = 4096;
@@ -189,6 +190,161 @@ impl MetricResult {
             MetricResult::Json(value) => json_to_expr(value),
         }
     }
+}
+
+/// A fixed threshold a condition compares the result with: `result <op> value`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Threshold {
+    /// The comparison, the result on its left: `>`, `>=`, `<`, `<=`, `==` or `!=`.
+    pub op: Comparison,
+    /// The number.
+    pub value: f64,
+}
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Comparison {
+    /// `>`
+    #[serde(rename = ">")]
+    Greater,
+    /// `>=`
+    #[serde(rename = ">=")]
+    GreaterOrEqual,
+    /// `<`
+    #[serde(rename = "<")]
+    Less,
+    /// `<=`
+    #[serde(rename = "<=")]
+    LessOrEqual,
+    /// `==`
+    #[serde(rename = "==")]
+    Equal,
+    /// `!=`
+    #[serde(rename = "!=")]
+    NotEqual,
+}
+
+impl Comparison {
+    fn parse(text: &str) -> Option<(Comparison, usize)> {
+        let two = text.get(..2);
+        Some(match (two, text.chars().next()?) {
+            (Some(">="), _) => (Comparison::GreaterOrEqual, 2),
+            (Some("<="), _) => (Comparison::LessOrEqual, 2),
+            (Some("=="), _) => (Comparison::Equal, 2),
+            (Some("!="), _) => (Comparison::NotEqual, 2),
+            (_, '>') => (Comparison::Greater, 1),
+            (_, '<') => (Comparison::Less, 1),
+            _ => return None,
+        })
+    }
+
+    /// The same comparison with its sides swapped (`0.5 < result` is `result > 0.5`).
+    fn flipped(self) -> Comparison {
+        match self {
+            Comparison::Greater => Comparison::Less,
+            Comparison::GreaterOrEqual => Comparison::LessOrEqual,
+            Comparison::Less => Comparison::Greater,
+            Comparison::LessOrEqual => Comparison::GreaterOrEqual,
+            other => other,
+        }
+    }
+
+    /// The operator as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Comparison::Greater => ">",
+            Comparison::GreaterOrEqual => ">=",
+            Comparison::Less => "<",
+            Comparison::LessOrEqual => "<=",
+            Comparison::Equal => "==",
+            Comparison::NotEqual => "!=",
+        }
+    }
+}
+
+/// The `result`/`result[0]` comparisons with number literals in a condition's text.
+fn thresholds_of(source: &str) -> Vec<Threshold> {
+    // Tokens: the result operand, operators, numbers; anything else separates.
+    #[derive(Debug, PartialEq)]
+    enum Token {
+        Result,
+        Op(Comparison),
+        Number(f64),
+        Other,
+    }
+    let mut tokens = Vec::new();
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &source[i..];
+        let c = bytes[i] as char;
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let end = rest
+                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'))
+                .unwrap_or(rest.len());
+            let word = &rest[..end];
+            i += end;
+            if word == "result" {
+                let after = &source[i..];
+                let trimmed = after.trim_start();
+                if trimmed.starts_with('[') {
+                    // Only `result[0]` is the value drawn.
+                    let inner_end = trimmed.find(']').unwrap_or(trimmed.len());
+                    let index = trimmed[1..inner_end].trim();
+                    i += after.len() - trimmed.len() + (inner_end + 1).min(trimmed.len());
+                    tokens.push(if index == "0" {
+                        Token::Result
+                    } else {
+                        Token::Other
+                    });
+                } else {
+                    tokens.push(Token::Result);
+                }
+            } else {
+                tokens.push(Token::Other);
+            }
+        } else if c.is_ascii_digit()
+            || (c == '.' && rest[1..].starts_with(|d: char| d.is_ascii_digit()))
+            || (c == '-'
+                && rest[1..].starts_with(|d: char| d.is_ascii_digit() || d == '.')
+                && !matches!(tokens.last(), Some(Token::Result | Token::Number(_))))
+        {
+            let end = 1 + rest[1..]
+                .find(|ch: char| {
+                    !(ch.is_ascii_digit() || ch == '.' || ch == 'e' || ch == 'E' || ch == '_')
+                })
+                .unwrap_or(rest.len() - 1);
+            let text: String = rest[..end].chars().filter(|ch| *ch != '_').collect();
+            i += end;
+            tokens.push(text.parse().map_or(Token::Other, Token::Number));
+        } else if let Some((op, len)) = Comparison::parse(rest) {
+            i += len;
+            tokens.push(Token::Op(op));
+        } else {
+            i += c.len_utf8();
+            tokens.push(Token::Other);
+        }
+    }
+    let mut out = Vec::new();
+    for window in tokens.windows(3) {
+        let threshold = match window {
+            [Token::Result, Token::Op(op), Token::Number(value)] => Threshold {
+                op: *op,
+                value: *value,
+            },
+            [Token::Number(value), Token::Op(op), Token::Result] => Threshold {
+                op: op.flipped(),
+                value: *value,
+            },
+            _ => continue,
+        };
+        if !out.contains(&threshold) {
+            out.push(threshold);
+        }
+    }
+    out
 }
 
 /// Formats a float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` does (shortest exact form).
@@ -495,6 +651,14 @@ impl Condition {
         self.evaluate_with(result, None)
     }
 
+    /// The fixed thresholds the condition compares the result with, for drawing: each
+    /// comparison of `result` or `result[0]` with a number literal (`result[0] > 0.25`,
+    /// `0.99 <= result`), written the result's side first. A condition without one (a
+    /// `baseline` comparison, a web provider's JSON field) has none.
+    pub fn thresholds(&self) -> Vec<Threshold> {
+        thresholds_of(&self.source)
+    }
+
     /// Whether the condition reads the `baseline` variable.
     pub fn reads_baseline(&self) -> bool {
         self.source
@@ -561,6 +725,26 @@ fn go_type_name(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_are_the_result_compared_with_numbers() {
+        let t = |source: &str| {
+            Condition::compile(source)
+                .unwrap()
+                .thresholds()
+                .iter()
+                .map(|t| format!("{} {}", t.op.as_str(), t.value))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(t("len(result) > 0 && result[0] > 0.25"), ["> 0.25"]);
+        assert_eq!(t("result[0] >= 0.03"), [">= 0.03"]);
+        assert_eq!(t("0.99 <= result"), [">= 0.99"]);
+        assert_eq!(t("result < 1e3 || result > -2"), ["< 1000", "> -2"]);
+        assert_eq!(t("result[1] > 4"), Vec::<String>::new());
+        assert_eq!(t("result[0] <= baseline.p95 * 1.2"), Vec::<String>::new());
+        assert_eq!(t("len(result) == 0"), Vec::<String>::new());
+        assert_eq!(t("result[0] - 1 > 4"), Vec::<String>::new());
+    }
 
     fn eval(source: &str, result: MetricResult) -> Result<bool, ConditionError> {
         Condition::compile(source)?.evaluate(&result)

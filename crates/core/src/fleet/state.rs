@@ -84,6 +84,10 @@ pub struct ClusterState {
     pub unreachable_since: Option<Millis>,
     /// Commands queued for its rollout engine.
     pub pending: Vec<Command>,
+    /// An operator aborted it: the abort is given to its engine again until the engine holds
+    /// it (one that came before the engine made the new revision found nothing to abort).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_requested: bool,
     /// The pod-template hash the cluster runs while not on the new spec, when a supersede left
     /// it on something other than the revision's `previous` spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2164,3 +2164,44 @@ fn a_first_reconcile_decides_no_weight() {
         "the canary's weights are decided: {weights:?}"
     );
 }
+
+/// An operator's abort that arrives as its cluster starts, before the engine has made the new
+/// revision (it has nothing to abort yet), is not lost: it waits for the revision and the
+/// cluster rolls back. Found by the dashboard's browser test, where the abort was accepted and
+/// the canary went on.
+#[test]
+fn an_abort_as_a_cluster_starts_waits_for_the_new_revision() {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    let first = CLUSTERS[0];
+    while sim.status(first) != ClusterStatus::Progressing {
+        assert!(sim.now < 60_000, "{first} never started");
+        sim.now += 1_000;
+        sim.step(&[]);
+    }
+    let engine = &sim.machine.state.clusters[first].rollout;
+    assert_eq!(
+        engine.current, engine.stable,
+        "the engine has not made the new revision yet"
+    );
+    sim.now += 1_000;
+    sim.step(&[FleetCommand::Abort {
+        cluster: Some(first.into()),
+    }]);
+    assert!(
+        sim.events
+            .iter()
+            .any(|e| matches!(e.decision, Decision::CommandAccepted { .. })),
+        "{:#?}",
+        sim.events
+    );
+    while sim.status(first) != ClusterStatus::RolledBack {
+        assert!(
+            sim.now < 120_000,
+            "{first} went on after its abort: {:?}",
+            sim.machine.state.clusters[first]
+        );
+        sim.now += 1_000;
+        sim.step(&[]);
+    }
+    assert!(sim.machine.state.clusters[first].rollout.abort);
+}

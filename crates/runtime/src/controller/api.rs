@@ -45,7 +45,21 @@ fn not_found(what: String) -> ApiError {
 
 /// The API's routes.
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let mut router = Router::new();
+    if let Some(live) = &shared.live {
+        let base = live.base().to_owned();
+        router = router
+            .nest(&base, super::dashboard::router())
+            .route(&format!("{base}/"), get(super::dashboard::list_page))
+            // The page's two calls, under its base so that a proxy forwards one prefix.
+            .route(&format!("{base}/api/token"), get(token))
+            .route(
+                &format!("{base}/api/fleets/{{name}}/commands"),
+                post(command),
+            )
+            .route_layer(axum::middleware::map_response(super::dashboard::secure));
+    }
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/v1/fleets", get(list))
@@ -149,6 +163,14 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 204 when the request carries the API's token (the dashboard checks a token once entered).
+async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    match authorized(&shared, &headers) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn command(
@@ -411,12 +433,122 @@ mod tests {
             git_results: Mutex::new(Vec::new()),
             metrics: Arc::new(Metrics::default()),
             unrunnable: RwLock::new(BTreeMap::new()),
+            live: Some(crate::controller::dashboard::live::Live::new("/dashboard")),
+            plots: Mutex::new(Default::default()),
         });
+        republish(&shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = super::router(shared.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         (format!("http://{address}"), shared, dir)
+    }
+
+    /// What the control loop does after a tick: the dashboard's pages follow the views.
+    fn republish(shared: &Shared) {
+        let views = shared.views.read().unwrap();
+        let list: Vec<FleetSummary> = views.values().map(|v| v.0.clone()).collect();
+        let fleets: Vec<&FleetView> = views.values().map(|v| &v.1).collect();
+        shared.live.as_ref().unwrap().update(&list, &fleets);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_dashboard_serves_its_pages_under_its_base_with_a_strict_policy() {
+        let (base, shared, _dir) = api(false).await;
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let get = |path: &str| client.get(format!("{base}{path}")).send();
+        let bare = get("/dashboard").await.unwrap();
+        assert_eq!(bare.status(), 200);
+        assert!(bare.text().await.unwrap().contains("id=\"f-payments\""));
+        let list = get("/dashboard/").await.unwrap();
+        assert_eq!(list.status(), 200);
+        let csp = list.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+            "{csp}"
+        );
+        let html = list.text().await.unwrap();
+        assert!(html.contains("id=\"f-payments\""), "{html}");
+        for (path, says) in [
+            ("/dashboard/fleets/nope", "no fleet rollout named \"nope\""),
+            (
+                "/dashboard/fleets/payments/clusters/nope",
+                "has no cluster named \"nope\"",
+            ),
+            ("/dashboard/fleets/nope/audit", "no fleet rollout named"),
+            ("/dashboard/elsewhere", "no page at /dashboard/elsewhere"),
+        ] {
+            let answer = get(path).await.unwrap();
+            assert_eq!(answer.status(), 404, "{path}");
+            assert!(answer.headers().contains_key("content-security-policy"));
+            let text = answer.text().await.unwrap();
+            assert!(
+                text.contains(&super::super::dashboard::html::esc(says)),
+                "{path}: {text}"
+            );
+        }
+        let js = get("/dashboard/assets/app.js").await.unwrap();
+        assert!(
+            js.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript")
+        );
+        // The token check is the API's.
+        let token = |t: &str| {
+            client
+                .get(format!("{base}/dashboard/api/token"))
+                .bearer_auth(t)
+                .send()
+        };
+        assert_eq!(token(TOKEN).await.unwrap().status(), 204);
+        assert_eq!(token("wrong").await.unwrap().status(), 403);
+        let post = |auth: Option<&str>| {
+            let r = client
+                .post(format!("{base}/dashboard/api/fleets/payments/commands"))
+                .json(&serde_json::json!({"command": "abort", "cluster": "prod-us-east"}));
+            match auth {
+                Some(t) => r.bearer_auth(t),
+                None => r,
+            }
+            .send()
+        };
+        assert_eq!(post(None).await.unwrap().status(), 401);
+        assert_eq!(post(Some("forged")).await.unwrap().status(), 403);
+        assert!(shared.store.pending_commands().unwrap().is_empty());
+        assert_eq!(post(Some(TOKEN)).await.unwrap().status(), 202);
+        assert_eq!(shared.store.pending_commands().unwrap().len(), 1);
+        // Live: a snapshot, then the changed row on the stream with the next number.
+        let snap: serde_json::Value = get("/dashboard/live/snapshot?fleet=payments")
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let seq = snap["seq"].as_u64().unwrap();
+        let mut stream = get("/dashboard/live/stream?fleet=payments").await.unwrap();
+        assert_eq!(stream.headers()["content-type"], "text/event-stream");
+        {
+            let mut views = shared.views.write().unwrap();
+            let view = &mut views.get_mut("payments").unwrap().1;
+            view.waves[1].clusters[0].status = "Progressing".into();
+        }
+        republish(&shared);
+        let mut text = String::new();
+        while !text.contains("\n\n") {
+            let chunk = stream.chunk().await.unwrap().unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        assert!(text.starts_with("event: parts\n"), "{text}");
+        assert!(text.contains(&format!("id: {}", seq + 1)), "{text}");
+        assert!(text.contains("c-prod-us-east"), "{text}");
+        assert!(!text.contains("c-canary-eu-west"), "{text}");
     }
 
     /// The command bodies docs/controller.md shows, one a line in its `jsonl` block.

@@ -67,6 +67,39 @@ pub struct DaemonConfig {
     /// `<dir>/<name>/<key>`, after the environment variable `FLOTILLA_SECRET_<NAME>_<KEY>`.
     #[serde(default)]
     pub secrets_dir: Option<PathBuf>,
+    /// The web dashboard, served on the API's listener.
+    #[serde(default)]
+    pub dashboard: DashboardConfig,
+}
+
+/// The web dashboard's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DashboardConfig {
+    /// Whether `serve` serves it (default: yes).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// The path it lives under (default `/dashboard`), e.g. the prefix an SSO proxy forwards;
+    /// everything the page loads or calls is under it.
+    #[serde(default = "default_base_path")]
+    pub base_path: String,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> DashboardConfig {
+        DashboardConfig {
+            enabled: true,
+            base_path: default_base_path(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_base_path() -> String {
+    "/dashboard".into()
 }
 
 /// A Git repository as the desired state.
@@ -222,6 +255,9 @@ pub struct Resolved {
     pub init_store: bool,
     /// The secrets directory, if any.
     pub secrets_dir: Option<PathBuf>,
+    /// Where the dashboard is served (None: not served): a path starting with `/`, no
+    /// trailing `/`.
+    pub dashboard: Option<String>,
 }
 
 impl DaemonConfig {
@@ -350,6 +386,24 @@ impl DaemonConfig {
                 ));
             }
         };
+        let dashboard = config.dashboard.base_path.trim_end_matches('/').to_owned();
+        let reserved = ["/v1", "/healthz", "/metrics"];
+        if config.dashboard.enabled
+            && (!config.dashboard.base_path.starts_with('/')
+                || dashboard.is_empty()
+                || dashboard.contains(['?', '#', ' ', '{', '}', '*'])
+                || reserved
+                    .iter()
+                    .any(|r| dashboard == *r || dashboard.starts_with(&format!("{r}/"))))
+        {
+            return Err(fail(
+                "dashboard.basePath",
+                format!(
+                    "{:?} is not a usable path: it starts with `/`, is not `/` alone, has no `?`, `#`, spaces, braces or `*`, and is not under the API's `/v1`, `/healthz` or `/metrics`",
+                    config.dashboard.base_path
+                ),
+            ));
+        }
         Ok(Resolved {
             listen: config.listen,
             store,
@@ -361,6 +415,7 @@ impl DaemonConfig {
             reads_need_token: config.reads_need_token,
             init_store: false,
             secrets_dir: config.secrets_dir.as_deref().map(resolve),
+            dashboard: config.dashboard.enabled.then_some(dashboard),
         })
     }
 }
@@ -496,5 +551,35 @@ mod tests {
         )
         .unwrap();
         assert!(!r.reads_need_token, "loopback reads stay open");
+    }
+
+    #[test]
+    fn the_dashboard_is_served_under_a_usable_base_path_or_not_at_all() {
+        let parse = |extra: &str| {
+            DaemonConfig::parse(
+                &format!("store: s\nmanifests: m\n{extra}"),
+                "serve.yaml",
+                Path::new("/"),
+            )
+        };
+        assert_eq!(parse("").unwrap().dashboard.as_deref(), Some("/dashboard"));
+        assert_eq!(
+            parse("dashboard: {basePath: /ops/flotilla/}\n")
+                .unwrap()
+                .dashboard
+                .as_deref(),
+            Some("/ops/flotilla")
+        );
+        assert_eq!(
+            parse("dashboard: {enabled: false}\n").unwrap().dashboard,
+            None
+        );
+        for bad in ["/", "ui", "/v1/ui", "/metrics", "/a b"] {
+            let error = parse(&format!("dashboard: {{basePath: \"{bad}\"}}\n")).unwrap_err();
+            assert_eq!(error.field, "dashboard.basePath", "{bad}: {error}");
+            assert_eq!(error.line, 3, "{bad}: {error}");
+        }
+        let error = parse("dashboard: {base: /x}\n").unwrap_err();
+        assert!(error.to_string().contains("base"), "{error}");
     }
 }

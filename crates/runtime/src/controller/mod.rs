@@ -17,10 +17,12 @@ pub mod argo_notifications;
 pub mod backends;
 pub mod client;
 pub mod config;
+pub mod dashboard;
 #[cfg(test)]
 pub mod fake_backend;
 pub mod fleet;
 pub mod notify;
+pub mod plots;
 pub mod record;
 pub mod shared;
 pub mod source;
@@ -232,6 +234,10 @@ pub async fn serve(
         git_results: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
         unrunnable: RwLock::new(BTreeMap::new()),
+        live: config.dashboard.as_deref().map(dashboard::live::Live::new),
+        plots: Mutex::new(plots::Plots::restore(tokio::task::block_in_place(|| {
+            store.plots()
+        })?)),
     });
     *shared.unrunnable.write().expect("unrunnable lock") = unrunnable;
     publish(&shared, &controllers);
@@ -248,6 +254,10 @@ pub async fn serve(
         argo.clone(),
         metrics.clone(),
         notify_wake.clone(),
+        {
+            let shared = shared.clone();
+            move |entry| shared.pending_audit.lock().expect("audit lock").push(entry)
+        },
     ));
     on_listening(address);
     let mut next_poll = Instant::now();
@@ -385,26 +395,33 @@ pub async fn serve(
                     .cloned()
                     .collect();
                 let out = controller.tick(&commands, now);
+                let plots = {
+                    let mut plots = shared.plots.lock().expect("plots lock");
+                    controller.observe_plots(&mut plots, now);
+                    plots.take_dirty(controller.name(), now)
+                };
                 let mut audit: Vec<AuditEntry> = extra
                     .iter()
                     .filter(|e| e.fleet == controller.name())
                     .cloned()
                     .collect();
                 audit.extend(out.audit.iter().cloned());
-                ticked.push((out, audit));
+                ticked.push((out, audit, plots));
             }
             let writes: Vec<TickWrite> = controllers
                 .iter()
                 .zip(&mut ticked)
-                .map(|(controller, (out, audit))| TickWrite {
+                .map(|(controller, (out, audit, plots))| TickWrite {
                     record: Some(&controller.record),
                     consumed: out.consumed.clone(),
                     audit: std::mem::take(audit),
                     notifications: out.notifications.clone(),
+                    plots: std::mem::take(plots),
                 })
                 .collect();
             let audits = tokio::task::block_in_place(|| store.commit_ticks(writes))?;
-            for ((controller, (out, _)), audit) in controllers.iter_mut().zip(ticked).zip(audits) {
+            for ((controller, (out, _, _)), audit) in controllers.iter_mut().zip(ticked).zip(audits)
+            {
                 notified |= !out.notifications.is_empty();
                 controller.dispatch(out);
                 all_audit.extend(audit);
@@ -426,11 +443,13 @@ pub async fn serve(
                                         bad_image,
                                         good_image,
                                     } => format!(
-                                        "durable rollback committed to {branch}: {commit} ({bad_image} -> {good_image})"
+                                        "durable rollback committed to {branch}: {commit} ({bad_image} -> {good_image}){}",
+                                        trailers(&change.trailers)
                                     ),
                                     source::Edit::Pin { .. } => format!(
-                                        "pin committed to {branch}: {commit} ({})",
-                                        change.describe()
+                                        "pin committed to {branch}: {commit} ({}){}",
+                                        change.describe(),
+                                        trailers(&change.trailers)
                                     ),
                                 }),
                                 Ok(None) => {
@@ -549,6 +568,20 @@ impl Default for GitRetry {
     }
 }
 
+/// A commit's trailers for its audit entry: `; trailers: A: x; B: y` (nothing without any).
+fn trailers(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("; trailers: {}", lines.join("; "))
+    }
+}
+
 fn publish(shared: &Shared, controllers: &[FleetController]) {
     let mut views = shared.views.write().expect("views lock");
     for c in controllers {
@@ -586,5 +619,10 @@ fn publish(shared: &Shared, controllers: &[FleetController]) {
             errors: errors.clone(),
         };
         views.insert(name.clone(), (summary, view, BTreeMap::new()));
+    }
+    if let Some(live) = &shared.live {
+        let list: Vec<FleetSummary> = views.values().map(|v| v.0.clone()).collect();
+        let fleets: Vec<&FleetView> = views.values().map(|v| &v.1).collect();
+        live.update(&list, &fleets);
     }
 }

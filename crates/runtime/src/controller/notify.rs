@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::argo_notifications::{self, Body, Outgoing, Request, Subject, Transport};
 use super::config::{Sink, SinkFormat};
-use super::record::{FleetRecord, Notification};
+use super::record::{AuditEntry, AuditKind, FleetRecord, Notification};
 use super::shared::Metrics;
 use super::store::Store;
 
@@ -195,6 +195,7 @@ pub async fn run(
     argo: Arc<argo_notifications::Current>,
     metrics: Arc<Metrics>,
     wake: Arc<tokio::sync::Notify>,
+    sent: impl Fn(AuditEntry),
 ) {
     // Slack's API is https: the process's TLS provider (ring), whoever installs it first.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -249,6 +250,15 @@ pub async fn run(
                 if !delivered {
                     tracing::error!(sink = %sink.name, event = %notification.event, "notification given up after {ATTEMPTS} attempts");
                 }
+                sent(audited(
+                    &notification,
+                    &format!("webhook {}", sink.name),
+                    if delivered {
+                        Ok(())
+                    } else {
+                        Err(format!("given up after {ATTEMPTS} attempts"))
+                    },
+                ));
             }
             if let Some(config) = argo.get() {
                 let records = records.get_or_insert_with(|| {
@@ -269,6 +279,14 @@ pub async fn run(
                         Ok(out) => {
                             let result = send(&client, &out, &mut threads).await;
                             metrics.notification(&format!("argo/{}", out.service), result.is_ok());
+                            sent(audited(
+                                &notification,
+                                &format!(
+                                    "Argo {} to {} ({})",
+                                    out.service, out.recipient, out.trigger
+                                ),
+                                result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+                            ));
                             match result {
                                 Ok(()) => {
                                     tracing::info!(trigger = %out.trigger, service = %out.service, recipient = %out.recipient, id = %notification.id, "Argo notification sent")
@@ -280,6 +298,11 @@ pub async fn run(
                         }
                         Err(u) => {
                             metrics.notification(&format!("argo/{}", u.service), false);
+                            sent(audited(
+                                &notification,
+                                &format!("Argo {} to {} ({})", u.service, u.recipient, u.trigger),
+                                Err(u.error.to_string()),
+                            ));
                             tracing::error!(trigger = %u.trigger, service = %u.service, recipient = %u.recipient, id = %notification.id, "Argo notification not sent: {}", u.error);
                         }
                     }
@@ -294,6 +317,21 @@ pub async fn run(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
+}
+
+/// The audit entry of a notification sent (or not) to `to`.
+fn audited(notification: &Notification, to: &str, result: Result<(), String>) -> AuditEntry {
+    AuditEntry::new(
+        crate::clock::wall_clock(),
+        &notification.fleet,
+        &notification.revision,
+        AuditKind::Notification,
+        notification.cluster.as_deref(),
+        match result {
+            Ok(()) => format!("notification {} sent: {to}", notification.event),
+            Err(e) => format!("notification {} not sent: {to}: {e}", notification.event),
+        },
+    )
 }
 
 #[cfg(test)]

@@ -217,6 +217,8 @@ pub enum AuditKind {
     Drift,
     /// A durable change decided, committed or not yet in Git.
     Gitops,
+    /// A notification sent to a webhook sink or an Argo notification service, or given up.
+    Notification,
     /// A kind this release does not know (written by a newer one).
     #[serde(other)]
     Unknown,
@@ -250,6 +252,7 @@ impl AuditKind {
             AuditKind::Repair => "repair",
             AuditKind::Drift => "drift",
             AuditKind::Gitops => "gitops",
+            AuditKind::Notification => "notification",
             AuditKind::Unknown => "unknown",
         }
     }
@@ -529,4 +532,7 @@ pub struct RolloutView {
     pub abort: bool,
     /// Replicas the engine asked for, per revision.
     pub desired_replicas: BTreeMap<u32, i32>,
+    /// The canary steps the cluster runs, each as written (`{"setWeight":20}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<String>,
 }

@@ -151,4 +151,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Fleets whose desired state is invalid and that have no last valid one to run, with why.
     pub unrunnable: RwLock<BTreeMap<String, Vec<String>>>,
+    /// The dashboard's live pages (None: the dashboard is not served).
+    pub live: Option<super::dashboard::live::Live>,
+    /// The dashboard's plot histories.
+    pub plots: Mutex<super::plots::Plots>,
 }

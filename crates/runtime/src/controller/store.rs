@@ -41,6 +41,9 @@ const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
 const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The dashboard's plot history: `fleet\0cluster` → JSON (`plots::ClusterPlots`). A view,
+/// not state a decision reads; a store without it (an earlier release's) reads as empty.
+const PLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("plots");
 
 /// The store's schema version: what this release writes and reads. Records change only by
 /// adding fields (older records decode with their defaults); a new version is for a change that
@@ -146,6 +149,8 @@ pub struct TickWrite<'a> {
     pub audit: Vec<AuditEntry>,
     /// Notifications to deliver.
     pub notifications: Vec<Notification>,
+    /// Plot histories that changed: (`plots::key`, JSON).
+    pub plots: Vec<(String, Vec<u8>)>,
 }
 
 impl Store {
@@ -391,6 +396,7 @@ impl Store {
             consumed: Vec<u64>,
             audit: Vec<AuditEntry>,
             notifications: Vec<Vec<u8>>,
+            plots: Vec<(String, Vec<u8>)>,
         }
         let mut encoded = Vec::with_capacity(ticks.len());
         for tick in ticks {
@@ -406,6 +412,7 @@ impl Store {
                     .iter()
                     .map(|n| self.encode(n))
                     .collect::<Result<_, _>>()?,
+                plots: tick.plots,
             });
         }
         self.write(|txn| {
@@ -441,7 +448,32 @@ impl Store {
                         outbox.insert(id, bytes.as_slice())?;
                     }
                 }
+                if !tick.plots.is_empty() {
+                    let mut plots = txn.open_table(PLOTS)?;
+                    for (key, bytes) in &tick.plots {
+                        plots.insert(key.as_str(), bytes.as_slice())?;
+                    }
+                }
                 out.push(audit);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The plot histories, as (`plots::key`, JSON); none in a store that has no `plots`
+    /// table yet.
+    pub fn plots(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.guard("reading the plot histories", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = match txn.open_table(PLOTS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(self.db_error(e)),
+            };
+            let mut out = Vec::new();
+            for row in table.iter().map_err(|e| self.db_error(e))? {
+                let (key, value) = row.map_err(|e| self.db_error(e))?;
+                out.push((key.value().to_owned(), value.value().to_vec()));
             }
             Ok(out)
         })
@@ -581,6 +613,28 @@ mod tests {
             .map(|e| e.message)
             .collect();
         assert_eq!(logged, ["a ticked", "a ticked", "b ticked"]);
+    }
+
+    #[test]
+    fn plot_histories_are_written_with_the_tick_and_read_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        {
+            let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+            // A store that never had one reads as empty.
+            assert!(store.plots().unwrap().is_empty());
+            store
+                .commit_tick(TickWrite {
+                    plots: vec![("payments\u{0}eu".into(), b"{\"weight\":[]}".to_vec())],
+                    ..TickWrite::default()
+                })
+                .unwrap();
+        }
+        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+        assert_eq!(
+            store.plots().unwrap(),
+            vec![("payments\u{0}eu".to_owned(), b"{\"weight\":[]}".to_vec())]
+        );
     }
 
     #[test]

@@ -117,6 +117,16 @@ impl FleetMachine {
             &commands,
             now,
         );
+        // An operator's abort that came before the engine made the new revision found nothing
+        // to abort (the engine handles commands first): it is given again once the revision
+        // is there, instead of being lost while the canary goes on.
+        if cluster.abort_requested {
+            if cluster.rollout.abort {
+                cluster.abort_requested = false;
+            } else if cluster.rollout.current != cluster.rollout.stable {
+                cluster.pending.push(Command::Abort);
+            }
+        }
         // What the engine decided: a step reached, a weight set without one, its own events.
         let engine = &cluster.rollout;
         let stepped = cluster.status == ClusterStatus::Progressing

@@ -194,6 +194,7 @@ impl FleetMachine {
                         ));
                     }
                     state.pending.push(Command::Abort);
+                    state.abort_requested = true;
                     Ok(format!("abort {name}: its canary returns to its stable"))
                 }
                 None => {
@@ -206,6 +207,7 @@ impl FleetMachine {
                             ClusterStatus::Progressing | ClusterStatus::Paused
                         ) {
                             state.pending.push(Command::Abort);
+                            state.abort_requested = true;
                         }
                     }
                     for (name, state) in self.state.clusters.iter_mut() {

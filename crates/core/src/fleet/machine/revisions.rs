@@ -137,6 +137,7 @@ impl FleetMachine {
                 cluster.pending.push(Command::Resume);
             }
             cluster.status = ClusterStatus::NotStarted;
+            cluster.abort_requested = false;
             cluster.on_new_spec = false;
             cluster.started_at = None;
             cluster.decided_at = None;

@@ -55,6 +55,8 @@ impl FleetMachine {
             }
             cluster.status = ClusterStatus::Progressing;
             cluster.on_new_spec = true;
+            // A start (or a retry) is a new attempt: an earlier operator's abort is spent.
+            cluster.abort_requested = false;
             // Retried before its engine reconciled the rollback, the engine still holds the
             // aborted update (its failed runs): it retries it too (Argo's `retry`), so that the
             // old attempt's failure is no evidence against this one. Only here, as the cluster

@@ -5,9 +5,25 @@ use flotilla_core::rollout::AnalysisSlot;
 
 use super::FleetController;
 use super::images::first_image;
+use crate::controller::plots::{Mark, MetricSample, Plots};
 use crate::controller::record::{
     ClusterView, FailureView, FleetSummary, FleetView, MetricView, RolloutView, RunView, WaveView,
 };
+
+/// A run's name in views and plots: `step-2-rev3`, `background-rev3`.
+fn run_name(key: &flotilla_core::rollout::RunKey) -> String {
+    format!(
+        "{}-rev{}",
+        match key.slot {
+            AnalysisSlot::Step(i) => format!("step-{i}"),
+            AnalysisSlot::Background => "background".into(),
+            AnalysisSlot::PrePromotion => "pre-promotion".into(),
+            AnalysisSlot::PostPromotion => "post-promotion".into(),
+            AnalysisSlot::Wave(n) => format!("wave-{n}"),
+        },
+        key.revision
+    )
+}
 
 impl FleetController {
     /// The summary line of the list answer.
@@ -104,17 +120,7 @@ impl FleetController {
                 .runs
                 .iter()
                 .map(|(key, run)| RunView {
-                    name: format!(
-                        "{}-rev{}",
-                        match key.slot {
-                            AnalysisSlot::Step(i) => format!("step-{i}"),
-                            AnalysisSlot::Background => "background".into(),
-                            AnalysisSlot::PrePromotion => "pre-promotion".into(),
-                            AnalysisSlot::PostPromotion => "post-promotion".into(),
-                            AnalysisSlot::Wave(n) => format!("wave-{n}"),
-                        },
-                        key.revision
-                    ),
+                    name: run_name(key),
                     phase: format!("{:?}", run.phase),
                     message: run.message.clone(),
                     metrics: run
@@ -161,6 +167,82 @@ impl FleetController {
         }
     }
 
+    /// Records every cluster's canary weight and new measurements into the plot history.
+    pub fn observe_plots(&self, plots: &mut Plots, now: flotilla_core::time::Millis) {
+        let state = self.machine.state();
+        for (name, cluster) in &state.clusters {
+            let observed = self.observed.get(name).and_then(|o| o.1);
+            let weight = observed
+                .map(|(canary, _)| canary)
+                .or(cluster.rollout.desired_weight);
+            let names: Vec<(String, flotilla_core::rollout::RunKey)> = cluster
+                .runs
+                .keys()
+                .map(|key| (run_name(key), *key))
+                .collect();
+            let samples: Vec<MetricSample<'_>> = cluster
+                .runs
+                .iter()
+                .zip(&names)
+                .flat_map(|((_, run), (run_name, _))| {
+                    run.metrics.iter().map(move |m| MetricSample {
+                        run: run_name,
+                        metric: &m.name,
+                        measurements: m
+                            .measurements
+                            .iter()
+                            .filter_map(|x| {
+                                Some((
+                                    x.started_at,
+                                    x.finished_at?,
+                                    x.value.as_str(),
+                                    Mark::of(x.phase)?,
+                                    &x.metadata,
+                                ))
+                            })
+                            .collect(),
+                        calibration: &m.calibration,
+                    })
+                })
+                .collect();
+            plots.observe(
+                &self.record.name,
+                name,
+                now,
+                weight,
+                &samples,
+                |run, metric| {
+                    let Some((_, key)) = names.iter().find(|(n, _)| n == run) else {
+                        return Vec::new();
+                    };
+                    let Some(plan) = self
+                        .spec_of_hash(&cluster.rollout.hash(key.revision))
+                        .and_then(|rollout| self.machine.plan().run_plan(rollout, name, *key).ok())
+                    else {
+                        return Vec::new();
+                    };
+                    plan.metrics
+                        .iter()
+                        .filter(|m| m.name == metric)
+                        .flat_map(|m| {
+                            let failure = m
+                                .failure
+                                .iter()
+                                .flat_map(|c| c.thresholds())
+                                .map(|t| (true, t));
+                            let success = m
+                                .success
+                                .iter()
+                                .flat_map(|c| c.thresholds())
+                                .map(|t| (false, t));
+                            failure.chain(success).collect::<Vec<_>>()
+                        })
+                        .collect()
+                },
+            );
+        }
+    }
+
     /// One cluster's rollout in detail.
     pub fn rollout_view(&self, cluster: &str) -> Option<RolloutView> {
         let state = self.machine.state().clusters.get(cluster)?;
@@ -185,6 +267,19 @@ impl FleetController {
                 .collect(),
             abort: engine.abort,
             desired_replicas: engine.desired_replicas.clone(),
+            steps: if state.on_new_spec {
+                &self.record.specs.next
+            } else {
+                &self.record.specs.previous
+            }
+            .canary()
+            .map(|c| {
+                c.steps
+                    .iter()
+                    .map(|s| serde_json::to_string(s).unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default(),
         })
     }
 }

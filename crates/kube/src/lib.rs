@@ -1,10 +1,13 @@
 //! Flotilla's Kubernetes adapter: Argo-labelled Rollouts driven through a cluster's API server as
 //! Argo Rollouts' controller drives them. [`pod_template_hash`] (the core's) is Argo's hash that
 //! names a Rollout's ReplicaSets, bit for bit; [`backend`] is the core's cluster-backend port over one
-//! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds.
+//! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds;
+//! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets (for a
+//! hub; not wired to a source yet).
 
 pub mod backend;
 pub mod crds;
+pub mod spokes;
 
 pub use backend::KubeBackend;
 pub use backend::clients::KubeClients;

@@ -1,0 +1,424 @@
+//! Spokes from Secrets, the conventions a hub already has: Argo CD's cluster Secrets (label
+//! `argocd.argoproj.io/secret-type: cluster`; `name`, `server` and a `config` JSON with a bearer
+//! token, basic auth or client certificates, and `tlsClientConfig`) and kubeconfig Secrets
+//! (label `flotilla.dev/cluster`, key `kubeconfig`). Each becomes a [`Spoke`]: the cluster's
+//! name, its labels (the Secret's labels and annotations, as an ApplicationSet cluster
+//! generator sees them) and a kubeconfig of one context that kube's own loader turns into a
+//! client configuration. A Secret that cannot be used is an error naming it and the field,
+//! never skipped.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{
+    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
+    NamedContext,
+};
+use serde::Deserialize;
+
+/// The label of Argo CD's cluster Secrets.
+pub const ARGOCD_SECRET_TYPE: &str = "argocd.argoproj.io/secret-type";
+/// The label of Flotilla's kubeconfig Secrets (its value is the cluster's name).
+pub const KUBECONFIG_LABEL: &str = "flotilla.dev/cluster";
+
+/// A spoke cluster read from a Secret.
+#[derive(Debug, Clone)]
+pub struct Spoke {
+    /// The cluster's name (Argo CD's `name`, else the server; the kubeconfig Secret's label).
+    pub name: String,
+    /// The API server's URL.
+    pub server: String,
+    /// The Secret's labels and annotations.
+    pub labels: BTreeMap<String, String>,
+    /// The namespaces Argo CD may manage there (`namespaces`, empty: all).
+    pub namespaces: Vec<String>,
+    /// `namespace/name` of the Secret it came from.
+    pub secret: String,
+    kubeconfig: Kubeconfig,
+}
+
+/// Why a Secret is not a usable spoke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Secret {secret}: {field}: {message}")]
+pub struct SpokeError {
+    /// `namespace/name`.
+    pub secret: String,
+    /// The key or JSON path at fault (`config.tlsClientConfig.caData`).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Argo CD's `config` (`ClusterConfig`), the fields Flotilla reads; others are ignored as
+/// Argo CD ignores fields it does not know.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArgoConfig {
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    bearer_token: Option<String>,
+    #[serde(default)]
+    tls_client_config: TlsClientConfig,
+    #[serde(default)]
+    aws_auth_config: Option<serde_json::Value>,
+    #[serde(default)]
+    exec_provider_config: Option<serde_json::Value>,
+    #[serde(default)]
+    proxy_url: Option<String>,
+    #[serde(default)]
+    disable_compression: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TlsClientConfig {
+    #[serde(default)]
+    insecure: bool,
+    #[serde(default)]
+    server_name: Option<String>,
+    /// Base64 of PEM.
+    #[serde(default)]
+    ca_data: Option<String>,
+    #[serde(default)]
+    cert_data: Option<String>,
+    #[serde(default)]
+    key_data: Option<String>,
+}
+
+/// Whether a Secret is one of the two kinds of spoke Secrets.
+pub fn is_spoke_secret(secret: &Secret) -> bool {
+    let labels = secret.metadata.labels.as_ref();
+    labels.is_some_and(|l| {
+        l.get(ARGOCD_SECRET_TYPE).is_some_and(|v| v == "cluster")
+            || l.contains_key(KUBECONFIG_LABEL)
+    })
+}
+
+impl Spoke {
+    /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret.
+    pub fn from_secret(secret: &Secret) -> Result<Spoke, SpokeError> {
+        let id = format!(
+            "{}/{}",
+            secret.metadata.namespace.as_deref().unwrap_or(""),
+            secret.metadata.name.as_deref().unwrap_or("")
+        );
+        let fail = |field: &str, message: String| SpokeError {
+            secret: id.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        let labels = secret.metadata.labels.clone().unwrap_or_default();
+        let mut all: BTreeMap<String, String> = secret
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            // kubectl's record of the last apply is not a label.
+            .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+            .collect();
+        all.extend(labels.clone());
+        let text = |key: &str| -> Result<Option<String>, SpokeError> {
+            if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(key)) {
+                return Ok(Some(v.clone()));
+            }
+            match secret.data.as_ref().and_then(|d| d.get(key)) {
+                None => Ok(None),
+                Some(bytes) => String::from_utf8(bytes.0.clone())
+                    .map(Some)
+                    .map_err(|_| fail(key, "is not UTF-8 text".into())),
+            }
+        };
+        if let Some(name) = labels.get(KUBECONFIG_LABEL) {
+            let yaml = text("kubeconfig")?.ok_or_else(|| {
+                fail(
+                    "kubeconfig",
+                    "missing: a kubeconfig Secret holds one".into(),
+                )
+            })?;
+            let kubeconfig = Kubeconfig::from_yaml(&yaml)
+                .map_err(|e| fail("kubeconfig", format!("not a kubeconfig: {e}")))?;
+            let context = kubeconfig
+                .current_context
+                .clone()
+                .ok_or_else(|| fail("kubeconfig", "has no current-context".into()))?;
+            let cluster = kubeconfig
+                .contexts
+                .iter()
+                .find(|c| c.name == context)
+                .and_then(|c| c.context.as_ref())
+                .map(|c| c.cluster.clone())
+                .ok_or_else(|| fail("kubeconfig", format!("context {context:?} is not in it")))?;
+            let server = kubeconfig
+                .clusters
+                .iter()
+                .find(|c| c.name == cluster)
+                .and_then(|c| c.cluster.as_ref())
+                .and_then(|c| c.server.clone())
+                .ok_or_else(|| fail("kubeconfig", format!("cluster {cluster:?} has no server")))?;
+            return Ok(Spoke {
+                name: name.clone(),
+                server,
+                labels: all,
+                namespaces: Vec::new(),
+                secret: id.clone(),
+                kubeconfig,
+            });
+        }
+        if labels.get(ARGOCD_SECRET_TYPE).map(String::as_str) != Some("cluster") {
+            return Err(fail(
+                "metadata.labels",
+                format!(
+                    "neither `{ARGOCD_SECRET_TYPE}: cluster` (Argo CD) nor `{KUBECONFIG_LABEL}` (a kubeconfig)"
+                ),
+            ));
+        }
+        let server = text("server")?
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| fail("server", "missing: the API server's URL".into()))?;
+        let name = text("name")?
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| server.clone());
+        let config: ArgoConfig = match text("config")? {
+            None => ArgoConfig::default(),
+            Some(json) => serde_json::from_str(&json)
+                .map_err(|e| fail("config", format!("not Argo CD's cluster config JSON: {e}")))?,
+        };
+        if config.aws_auth_config.is_some() {
+            return Err(fail(
+                "config.awsAuthConfig",
+                "EKS authentication is not supported yet: give the spoke a bearer token or a kubeconfig Secret".into(),
+            ));
+        }
+        if config.exec_provider_config.is_some() {
+            return Err(fail(
+                "config.execProviderConfig",
+                "exec credential plugins are not run: give the spoke a bearer token or a kubeconfig Secret".into(),
+            ));
+        }
+        let tls = &config.tls_client_config;
+        // Argo CD's caData, certData and keyData are base64 of PEM, as a kubeconfig's *-data.
+        let base64 = |field: &str, value: &Option<String>| -> Result<Option<String>, SpokeError> {
+            match value {
+                None => Ok(None),
+                Some(v) if v.trim().is_empty() => Ok(None),
+                Some(v) => {
+                    use base64::Engine;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(v.trim())
+                        .map_err(|e| fail(field, format!("not base64: {e}")))?;
+                    Ok(Some(v.trim().to_owned()))
+                }
+            }
+        };
+        let ca = base64("config.tlsClientConfig.caData", &tls.ca_data)?;
+        let cert = base64("config.tlsClientConfig.certData", &tls.cert_data)?;
+        let key = base64("config.tlsClientConfig.keyData", &tls.key_data)?;
+        if cert.is_some() != key.is_some() {
+            return Err(fail(
+                "config.tlsClientConfig",
+                "certData and keyData go together".into(),
+            ));
+        }
+        let has_auth = config.bearer_token.is_some() || cert.is_some() || config.username.is_some();
+        if !has_auth {
+            return Err(fail(
+                "config",
+                "no credentials: bearerToken, username and password, or certData and keyData"
+                    .into(),
+            ));
+        }
+        let cluster = Cluster {
+            server: Some(server.clone()),
+            insecure_skip_tls_verify: Some(tls.insecure),
+            certificate_authority_data: ca,
+            tls_server_name: tls.server_name.clone(),
+            proxy_url: config.proxy_url.clone(),
+            disable_compression: Some(config.disable_compression),
+            ..Cluster::default()
+        };
+        let auth = AuthInfo {
+            token: config.bearer_token.clone().map(Into::into),
+            username: config.username.clone(),
+            password: config.password.clone().map(Into::into),
+            client_certificate_data: cert,
+            client_key_data: key.map(Into::into),
+            ..AuthInfo::default()
+        };
+        let kubeconfig = Kubeconfig {
+            clusters: vec![NamedCluster {
+                name: name.clone(),
+                cluster: Some(cluster),
+                other: BTreeMap::new(),
+            }],
+            auth_infos: vec![NamedAuthInfo {
+                name: name.clone(),
+                auth_info: Some(auth),
+                other: BTreeMap::new(),
+            }],
+            contexts: vec![NamedContext {
+                name: name.clone(),
+                context: Some(Context {
+                    cluster: name.clone(),
+                    user: Some(name.clone()),
+                    ..Context::default()
+                }),
+                other: BTreeMap::new(),
+            }],
+            current_context: Some(name.clone()),
+            ..Kubeconfig::default()
+        };
+        let namespaces = text("namespaces")?
+            .map(|n| {
+                n.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Spoke {
+            name,
+            server,
+            labels: all,
+            namespaces,
+            secret: id,
+            kubeconfig,
+        })
+    }
+
+    /// The client configuration, through kube's own kubeconfig loader.
+    pub async fn config(&self) -> Result<kube::Config, SpokeError> {
+        kube::Config::from_custom_kubeconfig(self.kubeconfig.clone(), &KubeConfigOptions::default())
+            .await
+            .map_err(|e| SpokeError {
+                secret: self.secret.clone(),
+                field: "config".into(),
+                message: format!("cannot make a client of it: {e}"),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(labels: serde_json::Value, data: serde_json::Value) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "eu-1", "namespace": "argocd", "labels": labels,
+                "annotations": {"team": "payments"}
+            },
+            "stringData": data,
+        }))
+        .unwrap()
+    }
+
+    fn argo(config: serde_json::Value) -> Secret {
+        secret(
+            serde_json::json!({ARGOCD_SECRET_TYPE: "cluster", "region": "eu-west"}),
+            serde_json::json!({
+                "name": "prod-eu-1", "server": "https://10.0.0.1:6443",
+                "namespaces": "shop, payments", "config": config.to_string()
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_argo_cd_cluster_secret_is_a_spoke_with_its_labels_and_a_client_config() {
+        let spoke = Spoke::from_secret(&argo(serde_json::json!({
+            "bearerToken": "t0ken",
+            "tlsClientConfig": {"insecure": true, "serverName": "api.eu-1"}
+        })))
+        .unwrap();
+        assert_eq!(spoke.name, "prod-eu-1");
+        assert_eq!(spoke.server, "https://10.0.0.1:6443");
+        assert_eq!(spoke.namespaces, ["shop", "payments"]);
+        assert_eq!(spoke.labels["region"], "eu-west");
+        assert_eq!(spoke.labels["team"], "payments");
+        assert_eq!(spoke.secret, "argocd/eu-1");
+        assert!(is_spoke_secret(&argo(serde_json::json!({}))));
+        let config = spoke.config().await.unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
+        assert!(config.accept_invalid_certs);
+        assert_eq!(config.tls_server_name.as_deref(), Some("api.eu-1"));
+    }
+
+    #[test]
+    fn a_secret_that_cannot_be_used_names_itself_and_the_field() {
+        let field = |s: &Secret| Spoke::from_secret(s).unwrap_err().field;
+        assert_eq!(
+            field(&argo(
+                serde_json::json!({"awsAuthConfig": {"clusterName": "x"}})
+            )),
+            "config.awsAuthConfig"
+        );
+        assert_eq!(
+            field(&argo(
+                serde_json::json!({"execProviderConfig": {"command": "x"}})
+            )),
+            "config.execProviderConfig"
+        );
+        assert_eq!(field(&argo(serde_json::json!({}))), "config");
+        assert_eq!(
+            field(&argo(serde_json::json!({
+                "bearerToken": "t", "tlsClientConfig": {"caData": "not base64!"}
+            }))),
+            "config.tlsClientConfig.caData"
+        );
+        assert_eq!(
+            field(&argo(serde_json::json!({
+                "tlsClientConfig": {"certData": "QQ=="}
+            }))),
+            "config.tlsClientConfig"
+        );
+        let garbled = secret(
+            serde_json::json!({ARGOCD_SECRET_TYPE: "cluster"}),
+            serde_json::json!({"server": "https://x", "config": "{not json"}),
+        );
+        let error = Spoke::from_secret(&garbled).unwrap_err();
+        assert_eq!(error.field, "config");
+        assert!(
+            error
+                .to_string()
+                .starts_with("Secret argocd/eu-1: config: "),
+            "{error}"
+        );
+        let serverless = secret(
+            serde_json::json!({ARGOCD_SECRET_TYPE: "cluster"}),
+            serde_json::json!({"name": "x", "config": "{}"}),
+        );
+        assert_eq!(field(&serverless), "server");
+        let other = secret(serde_json::json!({"app": "x"}), serde_json::json!({}));
+        assert!(!is_spoke_secret(&other));
+        assert_eq!(field(&other), "metadata.labels");
+    }
+
+    #[test]
+    fn a_kubeconfig_secret_is_a_spoke_named_by_its_label() {
+        let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster: {server: \"https://10.0.0.2:6443\", insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n";
+        let s = secret(
+            serde_json::json!({KUBECONFIG_LABEL: "prod-us-1"}),
+            serde_json::json!({ "kubeconfig": kubeconfig }),
+        );
+        let spoke = Spoke::from_secret(&s).unwrap();
+        assert_eq!(spoke.name, "prod-us-1");
+        assert_eq!(spoke.server, "https://10.0.0.2:6443");
+        // Read from `data` (bytes) as the API server answers, not only `stringData`.
+        let mut stored = s.clone();
+        stored.data = Some(BTreeMap::from([(
+            "kubeconfig".to_owned(),
+            k8s_openapi::ByteString(kubeconfig.as_bytes().to_vec()),
+        )]));
+        stored.string_data = None;
+        assert_eq!(Spoke::from_secret(&stored).unwrap().server, spoke.server);
+        let empty = secret(
+            serde_json::json!({KUBECONFIG_LABEL: "x"}),
+            serde_json::json!({"kubeconfig": "apiVersion: v1\nkind: Config\n"}),
+        );
+        assert_eq!(Spoke::from_secret(&empty).unwrap_err().field, "kubeconfig");
+    }
+}

@@ -2205,3 +2205,71 @@ fn an_abort_as_a_cluster_starts_waits_for_the_new_revision() {
     }
     assert!(sim.machine.state.clusters[first].rollout.abort);
 }
+
+/// Whatever moment an operator picks while a cluster is in flight, an accepted abort rolls it
+/// back and an accepted pause holds it: swept over every second of the first cluster's update,
+/// from the tick it starts (before its engine made the revision) to its decision.
+#[test]
+fn an_accepted_abort_or_pause_takes_effect_at_any_moment_of_an_update() {
+    let first = CLUSTERS[0];
+    let mut offsets_tried = 0;
+    for offset in 0..120 {
+        for pause in [false, true] {
+            let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+            while sim.status(first) != ClusterStatus::Progressing {
+                sim.now += 1_000;
+                sim.step(&[]);
+            }
+            for _ in 0..offset {
+                sim.now += 1_000;
+                sim.step(&[]);
+            }
+            if !matches!(
+                sim.status(first),
+                ClusterStatus::Progressing | ClusterStatus::Paused
+            ) {
+                continue;
+            }
+            offsets_tried += 1;
+            let command = if pause {
+                FleetCommand::PauseCluster {
+                    cluster: first.into(),
+                }
+            } else {
+                FleetCommand::Abort {
+                    cluster: Some(first.into()),
+                }
+            };
+            sim.now += 1_000;
+            sim.step(std::slice::from_ref(&command));
+            let accepted = sim
+                .events
+                .iter()
+                .any(|e| matches!(e.decision, Decision::CommandAccepted { .. }));
+            if !accepted {
+                // Refused (e.g. paused already): nothing was promised.
+                continue;
+            }
+            for _ in 0..60 {
+                sim.now += 1_000;
+                sim.step(&[]);
+            }
+            let cluster = &sim.machine.state.clusters[first];
+            if pause {
+                assert!(
+                    cluster.rollout.paused && cluster.status != ClusterStatus::Validated,
+                    "offset {offset}: a pause accepted did not hold {first}: {:?} {:?}",
+                    cluster.status,
+                    cluster.rollout.phase
+                );
+            } else {
+                assert_eq!(
+                    cluster.status,
+                    ClusterStatus::RolledBack,
+                    "offset {offset}: an abort accepted did not roll {first} back"
+                );
+            }
+        }
+    }
+    assert!(offsets_tried > 20, "{offsets_tried}");
+}

@@ -2273,3 +2273,56 @@ fn an_accepted_abort_or_pause_takes_effect_at_any_moment_of_an_update() {
     }
     assert!(offsets_tried > 20, "{offsets_tried}");
 }
+
+/// An accepted full promotion of one cluster takes its canary past every remaining step within
+/// a few ticks, whatever moment the operator picks while it is in flight (swept as above).
+#[test]
+fn an_accepted_full_promotion_takes_effect_at_any_moment_of_an_update() {
+    let first = CLUSTERS[0];
+    let mut tried = 0;
+    for offset in 0..120 {
+        let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+        while sim.status(first) != ClusterStatus::Progressing {
+            sim.now += 1_000;
+            sim.step(&[]);
+        }
+        for _ in 0..offset {
+            sim.now += 1_000;
+            sim.step(&[]);
+        }
+        let steps = sim.next.canary().map_or(0, |c| c.steps.len()) as u32;
+        let cluster = &sim.machine.state.clusters[first];
+        if cluster.status != ClusterStatus::Progressing
+            || cluster.rollout.step_index.unwrap_or(0) >= steps
+        {
+            continue;
+        }
+        sim.now += 1_000;
+        sim.step(&[FleetCommand::Promote {
+            wave: None,
+            full: true,
+            cluster: Some(first.into()),
+        }]);
+        if !sim
+            .events
+            .iter()
+            .any(|e| matches!(e.decision, Decision::CommandAccepted { .. }))
+        {
+            continue;
+        }
+        tried += 1;
+        for _ in 0..3 {
+            sim.now += 1_000;
+            sim.step(&[]);
+        }
+        let cluster = &sim.machine.state.clusters[first];
+        assert!(
+            cluster.rollout.step_index.unwrap_or(0) >= steps
+                || cluster.status == ClusterStatus::Validated,
+            "offset {offset}: a full promotion accepted left {first} at step {:?} of {steps} ({:?})",
+            cluster.rollout.step_index,
+            cluster.status
+        );
+    }
+    assert!(tried > 10, "{tried}");
+}

@@ -402,6 +402,22 @@ fn seed_004s_slack_subscription_gets_one_message_per_abort_across_a_restart() {
                 && text.contains("Metric \"error-rate\" assessed Failed"),
             "{text}"
         );
+        // The sending is in the audit log (committed with the tick after it).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let history = lab.client().history("payment-api").await.unwrap();
+            if history
+                .iter()
+                .any(|e| e.kind.as_str() == "notification" && e.message.contains("sent: Argo slack"))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no notification in the audit log: {history:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         // A daemon killed and restarted: the event is delivered already, nothing is sent again.
         lab.kill_serve();
         lab.start_serve();

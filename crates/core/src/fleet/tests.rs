@@ -2206,6 +2206,20 @@ fn an_abort_as_a_cluster_starts_waits_for_the_new_revision() {
     assert!(sim.machine.state.clusters[first].rollout.abort);
 }
 
+/// A healthy fleet `offset` seconds after `cluster` started its update (1 s ticks).
+fn in_flight_for(cluster: &str, offset: usize) -> Sim {
+    let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
+    while sim.status(cluster) != ClusterStatus::Progressing {
+        sim.now += 1_000;
+        sim.step(&[]);
+    }
+    for _ in 0..offset {
+        sim.now += 1_000;
+        sim.step(&[]);
+    }
+    sim
+}
+
 /// Whatever moment an operator picks while a cluster is in flight, an accepted abort rolls it
 /// back and an accepted pause holds it: swept over every second of the first cluster's update,
 /// from the tick it starts (before its engine made the revision) to its decision.
@@ -2215,15 +2229,7 @@ fn an_accepted_abort_or_pause_takes_effect_at_any_moment_of_an_update() {
     let mut offsets_tried = 0;
     for offset in 0..120 {
         for pause in [false, true] {
-            let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
-            while sim.status(first) != ClusterStatus::Progressing {
-                sim.now += 1_000;
-                sim.step(&[]);
-            }
-            for _ in 0..offset {
-                sim.now += 1_000;
-                sim.step(&[]);
-            }
+            let mut sim = in_flight_for(first, offset);
             if !matches!(
                 sim.status(first),
                 ClusterStatus::Progressing | ClusterStatus::Paused
@@ -2281,15 +2287,7 @@ fn an_accepted_full_promotion_takes_effect_at_any_moment_of_an_update() {
     let first = CLUSTERS[0];
     let mut tried = 0;
     for offset in 0..120 {
-        let mut sim = Sim::new(fleet_rollout(json!({})), GUARDED, Truth::healthy());
-        while sim.status(first) != ClusterStatus::Progressing {
-            sim.now += 1_000;
-            sim.step(&[]);
-        }
-        for _ in 0..offset {
-            sim.now += 1_000;
-            sim.step(&[]);
-        }
+        let mut sim = in_flight_for(first, offset);
         let steps = sim.next.canary().map_or(0, |c| c.steps.len()) as u32;
         let cluster = &sim.machine.state.clusters[first];
         if cluster.status != ClusterStatus::Progressing

@@ -626,3 +626,15 @@ fn publish(shared: &Shared, controllers: &[FleetController]) {
         live.update(&list, &fleets);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_commits_trailers_join_its_audit_message_on_one_line() {
+        assert_eq!(
+            super::trailers("Flotilla-Cluster: prod-us-east\nFlotilla-Metric: latency-p95\n"),
+            "; trailers: Flotilla-Cluster: prod-us-east; Flotilla-Metric: latency-p95"
+        );
+        assert_eq!(super::trailers("\n"), "");
+    }
+}

@@ -1015,27 +1015,6 @@ fn post_yaml(env: &TestEnv, i: usize, yaml: &str) {
     }
 }
 
-/// A kubeconfig for cluster `i` with the ServiceAccount `flotilla`'s token (a TokenRequest).
-async fn service_account_kubeconfig(env: &TestEnv, i: usize, dir: &Path) -> std::path::PathBuf {
-    let cluster = env.cluster(i);
-    let client = cluster.client().await.unwrap();
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client, "default");
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
-    let token = accounts
-        .create_token_request("flotilla", &PostParams::default(), &request)
-        .await
-        .expect("a token for the ServiceAccount")
-        .status
-        .unwrap()
-        .token;
-    let admin = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
-    let path = dir.join(format!("flotilla-{i}.kubeconfig"));
-    std::fs::write(&path, admin.replace(&cluster.token, &token)).unwrap();
-    path
-}
-
 /// docs/kubernetes-rbac.yaml, applied verbatim, is all Flotilla needs in a cluster: a fleet
 /// driven with that ServiceAccount's token deploys; the same Role without `create` on
 /// ReplicaSets holds its cluster with a condition naming the cluster, the verb and the resource.
@@ -1066,7 +1045,7 @@ fn the_documented_role_is_enough_and_a_missing_permission_is_named() {
     runtime.block_on(async {
         let mut text = manifests(&env, None, "        - setWeight: 50\n        - pause: {}\n");
         for i in 0..2 {
-            let restricted = service_account_kubeconfig(&env, i, dir.path()).await;
+            let restricted = service_account_kubeconfig(&env, i, "default", dir.path()).await;
             text = text.replace(
                 &env.cluster(i).kubeconfig.display().to_string(),
                 &restricted.display().to_string(),

@@ -652,3 +652,35 @@ pub fn cluster_view<'a>(
         .find(|c| c.name == cluster)
         .expect("the cluster is in the view")
 }
+
+/// A token of the ServiceAccount `flotilla` in `namespace` of cluster `i` (a TokenRequest, one
+/// hour), as a Pod of that account is given.
+pub async fn service_account_token(env: &TestEnv, i: usize, namespace: &str) -> String {
+    let client = env.cluster(i).client().await.unwrap();
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client, namespace);
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    accounts
+        .create_token_request("flotilla", &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .unwrap()
+        .token
+}
+
+/// A kubeconfig for cluster `i` with the ServiceAccount `flotilla`'s token (of `namespace`).
+pub async fn service_account_kubeconfig(
+    env: &TestEnv,
+    i: usize,
+    namespace: &str,
+    dir: &Path,
+) -> std::path::PathBuf {
+    let token = service_account_token(env, i, namespace).await;
+    let cluster = env.cluster(i);
+    let admin = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
+    let path = dir.join(format!("flotilla-{i}.kubeconfig"));
+    std::fs::write(&path, admin.replace(&cluster.token, &token)).unwrap();
+    path
+}

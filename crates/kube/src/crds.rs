@@ -59,10 +59,11 @@ fn tidy(schema: &mut Value) {
     }
 }
 
-/// One kind's CRD: namespaced, served and stored at `v1alpha1`, `spec` required.
-fn crd(kind: &str, plural: &str, short: &str, spec: Value, columns: Value) -> Value {
+/// One kind's CRD: namespaced, served and stored at `v1alpha1`, `spec` required; with
+/// `status`, a status subresource whose content Flotilla writes (a summary, schema-free).
+fn crd(kind: &str, plural: &str, short: &str, spec: Value, columns: Value, status: bool) -> Value {
     let singular = kind.to_lowercase();
-    json!({
+    let mut crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("{plural}.{GROUP}")},
@@ -95,7 +96,17 @@ fn crd(kind: &str, plural: &str, short: &str, spec: Value, columns: Value) -> Va
                 }},
             }],
         },
-    })
+    });
+    if status {
+        let version = &mut crd["spec"]["versions"][0];
+        version["subresources"] = json!({"status": {}});
+        version["schema"]["openAPIV3Schema"]["properties"]["status"] = json!({
+            "type": "object",
+            "description": "The fleet's progress as Flotilla's hub controller writes it: a bounded summary (see docs/kubernetes.md).",
+            "x-kubernetes-preserve-unknown-fields": true,
+        });
+    }
+    crd
 }
 
 /// The CRDs of `Fleet` and `FleetRollout`.
@@ -109,6 +120,7 @@ pub fn crds() -> Vec<Value> {
             json!([
                 {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             ]),
+            false,
         ),
         crd(
             "FleetRollout",
@@ -118,8 +130,11 @@ pub fn crds() -> Vec<Value> {
             json!([
                 {"name": "Fleet", "type": "string", "jsonPath": ".spec.fleet"},
                 {"name": "Rollout", "type": "string", "jsonPath": ".spec.rollout"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Wave", "type": "string", "jsonPath": ".status.wave"},
                 {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             ]),
+            true,
         ),
     ]
 }

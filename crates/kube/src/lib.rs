@@ -2,11 +2,13 @@
 //! Argo Rollouts' controller drives them. [`pod_template_hash`] (the core's) is Argo's hash that
 //! names a Rollout's ReplicaSets, bit for bit; [`backend`] is the core's cluster-backend port over one
 //! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds;
-//! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets (for a
-//! hub; not wired to a source yet).
+//! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets; [`hub`]
+//! watches a hub's API server for the desired state and the spokes, and writes the fleets'
+//! summaries there.
 
 pub mod backend;
 pub mod crds;
+pub mod hub;
 pub mod spokes;
 
 pub use backend::KubeBackend;

@@ -97,6 +97,52 @@ pub fn is_spoke_secret(secret: &Secret) -> bool {
     })
 }
 
+/// A Secret's own labels, and its labels and annotations together (the cluster's labels; the
+/// labels win a clash).
+fn labels_of(secret: &Secret) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = secret.metadata.labels.clone().unwrap_or_default();
+    let mut all: BTreeMap<String, String> = secret
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        // kubectl's record of the last apply is not a label.
+        .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+        .collect();
+    all.extend(labels.clone());
+    (labels, all)
+}
+
+/// A spoke Secret's cluster name and labels, read even when the rest of it cannot be used (so an
+/// unusable Secret is still a cluster, with a condition naming it): the kubeconfig Secret's
+/// label, else Argo CD's `name`, else its `server`, else the Secret's own name; the labels are
+/// its labels and annotations.
+pub fn identity(secret: &Secret) -> (String, BTreeMap<String, String>) {
+    let (labels, all) = labels_of(secret);
+    let text = |key: &str| -> Option<String> {
+        secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get(key).cloned())
+            .or_else(|| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            })
+            .filter(|t| !t.trim().is_empty())
+    };
+    let name = labels
+        .get(KUBECONFIG_LABEL)
+        .cloned()
+        .or_else(|| text("name"))
+        .or_else(|| text("server"))
+        .unwrap_or_else(|| secret.metadata.name.clone().unwrap_or_default());
+    (name, all)
+}
+
 impl Spoke {
     /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret.
     pub fn from_secret(secret: &Secret) -> Result<Spoke, SpokeError> {
@@ -110,17 +156,7 @@ impl Spoke {
             field: field.to_owned(),
             message,
         };
-        let labels = secret.metadata.labels.clone().unwrap_or_default();
-        let mut all: BTreeMap<String, String> = secret
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            // kubectl's record of the last apply is not a label.
-            .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
-            .collect();
-        all.extend(labels.clone());
+        let (labels, all) = labels_of(secret);
         let text = |key: &str| -> Result<Option<String>, SpokeError> {
             if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(key)) {
                 return Ok(Some(v.clone()));

@@ -34,6 +34,56 @@ pub struct FleetSpec {
     /// Every cluster of the fleet; names are unique.
     #[serde(default)]
     pub clusters: Vec<Cluster>,
+    /// Clusters read from the hub's spoke Secrets (Argo CD's cluster Secrets and kubeconfig
+    /// Secrets), as an ApplicationSet cluster generator selects them: only under a hub source
+    /// (`flotilla serve` with `hub:`), which adds one cluster per selected Secret to `clusters`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spokes: Option<Spokes>,
+}
+
+/// The spoke Secrets a Fleet in a hub takes as its clusters, and how each is driven.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spokes {
+    /// Which Secrets: their labels and annotations are the clusters' labels (default: every
+    /// spoke Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<SpokeSelector>,
+    /// The namespace of the Rollout in every spoke (default `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Who owns the Rollout's `spec` in the spokes (default: the FleetRollout's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_source: Option<RolloutSource>,
+}
+
+/// A label selector over spoke Secrets, as Kubernetes writes one.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpokeSelector {
+    /// Labels that must hold these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Requirements that must all hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+impl SpokeSelector {
+    /// Whether a spoke with these labels is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl Spokes {
+    /// Whether a spoke with these labels joins the fleet.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
 }
 
 /// One cluster: its identity, labels, and endpoints.
@@ -86,6 +136,10 @@ pub struct KubernetesEndpoint {
     /// Namespace the Rollout lives in (default `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The hub Secret (`namespace/name`) holding this spoke's credentials, in place of a
+    /// kubeconfig: set by the hub source for the clusters of a Fleet's `spokes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
     /// Who owns the Rollout's `spec` in this cluster, overriding the FleetRollout's
     /// `rolloutSource`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,6 +1,7 @@
 //! One kube client per cluster, shared by the backends of every Rollout driven there (one per
 //! FleetRollout): one connection pool and one TLS state per API server, not one per Rollout;
-//! and one set of watches per namespace there.
+//! and one set of watches per namespace there. In a hub, the spokes' credentials read from its
+//! Secrets are kept here too, by Secret, so a rotated Secret makes a new client.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,11 +9,29 @@ use std::sync::{Arc, Mutex};
 use flotilla_core::spec::fleet::KubernetesEndpoint;
 
 /// What makes two endpoints the same cluster for a client: the kubeconfig, its context, the
-/// server (the namespace is per request).
-type Key = (Option<String>, Option<String>, Option<String>);
+/// server, the spoke Secret (the namespace is per request).
+type Key = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
-/// The slot of one cluster's client: empty until it is made (made again after a failure).
-pub type Slot = Arc<tokio::sync::Mutex<Option<kube::Client>>>;
+/// The slot of one cluster's client: empty until it is made (made again after a failure), with
+/// the generation of the spoke Secret it was made from (0 for a kubeconfig file).
+pub type Slot = Arc<tokio::sync::Mutex<Option<(kube::Client, u64)>>>;
+
+/// A spoke Secret as the hub last read it: the spoke, or why it cannot be used; `generation`
+/// changes when the Secret does.
+#[derive(Debug, Clone)]
+pub struct SpokeEntry {
+    /// The Secret's resourceVersion when read.
+    pub version: String,
+    /// Bumped at every change of `version`.
+    pub generation: u64,
+    /// The spoke, or why the Secret is not one.
+    pub spoke: Result<crate::spokes::Spoke, crate::spokes::SpokeError>,
+}
 
 /// The slot of one namespace's watches in one cluster: empty until the first read starts them.
 pub type WatchSlot = Arc<Mutex<Option<Arc<super::watch::Watches>>>>;
@@ -22,6 +41,8 @@ pub type WatchSlot = Arc<Mutex<Option<Arc<super::watch::Watches>>>>;
 pub struct KubeClients {
     slots: Arc<Mutex<HashMap<Key, Slot>>>,
     watches: Arc<Mutex<HashMap<(Key, String), WatchSlot>>>,
+    spokes: Arc<Mutex<HashMap<String, SpokeEntry>>>,
+    generations: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl KubeClients {
@@ -33,6 +54,45 @@ impl KubeClients {
             .entry(key(endpoint))
             .or_default()
             .clone()
+    }
+
+    /// Replaces the spokes read from the hub's Secrets, by `namespace/name` with their
+    /// resourceVersion: an entry whose version changed gets a new generation (its clients are
+    /// made again at their next use); a Secret gone is forgotten.
+    pub fn set_spokes(
+        &self,
+        read: Vec<(
+            String,
+            String,
+            Result<crate::spokes::Spoke, crate::spokes::SpokeError>,
+        )>,
+    ) {
+        let mut spokes = self.spokes.lock().expect("spokes lock");
+        let mut next = HashMap::with_capacity(read.len());
+        for (id, version, spoke) in read {
+            let generation = match spokes.remove(&id) {
+                Some(old) if old.version == version => old.generation,
+                _ => {
+                    self.generations
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        + 1
+                }
+            };
+            next.insert(
+                id,
+                SpokeEntry {
+                    version,
+                    generation,
+                    spoke,
+                },
+            );
+        }
+        *spokes = next;
+    }
+
+    /// The spoke of Secret `id` (`namespace/name`) as last read, if the hub holds it.
+    pub fn spoke(&self, id: &str) -> Option<SpokeEntry> {
+        self.spokes.lock().expect("spokes lock").get(id).cloned()
     }
 
     /// The slot of the watches of `endpoint`'s namespace in its cluster (the same for every
@@ -52,6 +112,7 @@ fn key(endpoint: &KubernetesEndpoint) -> Key {
         endpoint.kubeconfig.clone(),
         endpoint.context.clone(),
         endpoint.server.clone(),
+        endpoint.secret.clone(),
     )
 }
 

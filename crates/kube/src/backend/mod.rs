@@ -29,6 +29,8 @@ pub mod routes;
 pub mod status;
 pub mod watch;
 
+use crate::spokes;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -70,6 +72,7 @@ pub struct KubeBackend {
     clock: Clock,
     client: clients::Slot,
     watches: clients::WatchSlot,
+    clients: clients::KubeClients,
     memory: Mutex<Memory>,
 }
 
@@ -181,6 +184,7 @@ impl KubeBackend {
             clock,
             client,
             watches,
+            clients: clients.clone(),
             memory: Mutex::new(Memory::default()),
         }
     }
@@ -189,13 +193,38 @@ impl KubeBackend {
         self.endpoint.namespace()
     }
 
-    /// The cluster's client, made on first use from the kubeconfig.
+    /// The cluster's client, made on first use from the kubeconfig, or from the hub's spoke
+    /// Secret (made again when the Secret changed).
     async fn client(&self) -> Result<kube::Client, BackendError> {
+        let spoke = match &self.endpoint.secret {
+            None => None,
+            Some(id) => Some(self.clients.spoke(id).ok_or_else(|| BackendError::Invalid {
+                field: "endpoint.kubernetes.secret".to_owned(),
+                message: format!(
+                    "cluster {:?}: the spoke Secret {id} is not in the hub (deleted, or its labels changed)",
+                    self.cluster
+                ),
+            })?),
+        };
+        let generation = spoke.as_ref().map_or(0, |s| s.generation);
         let mut slot = self.client.lock().await;
-        if let Some(client) = &*slot {
+        if let Some((client, made_at)) = &*slot
+            && *made_at == generation
+        {
             return Ok(client.clone());
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
+        if let Some(entry) = spoke {
+            let invalid = |e: spokes::SpokeError| BackendError::Invalid {
+                field: format!("Secret {} {}", e.secret, e.field),
+                message: format!("cluster {:?}: {e}", self.cluster),
+            };
+            let spoke = entry.spoke.map_err(invalid)?;
+            let config = spoke.config().await.map_err(invalid)?;
+            let client = self.finish_client(config).await?;
+            *slot = Some((client.clone(), generation));
+            return Ok(client);
+        }
         let file = self.endpoint.kubeconfig.as_deref();
         let invalid = |message: String| BackendError::Invalid {
             field: "endpoint.kubernetes.kubeconfig".to_owned(),
@@ -214,9 +243,17 @@ impl KubeBackend {
             context: self.endpoint.context.clone(),
             ..Default::default()
         };
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| invalid(error_chain(&e)))?;
+        let client = self.finish_client(config).await?;
+        *slot = Some((client.clone(), 0));
+        Ok(client)
+    }
+
+    /// A client of `config` with the endpoint's server, the Rollout's namespace, the timeouts
+    /// and the in-flight bound, once the cluster is seen to serve Argo's CRDs.
+    async fn finish_client(&self, mut config: kube::Config) -> Result<kube::Client, BackendError> {
         if let Some(server) = &self.endpoint.server {
             config.cluster_url = server.parse().map_err(|e| BackendError::Invalid {
                 field: "endpoint.kubernetes.server".to_owned(),
@@ -228,11 +265,13 @@ impl KubeBackend {
         config.read_timeout = Some(Duration::from_secs(15));
         config.write_timeout = Some(Duration::from_secs(15));
         let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| invalid(error_chain(&e)))?
+            .map_err(|e| BackendError::Invalid {
+                field: "endpoint.kubernetes".to_owned(),
+                message: format!("cluster {:?}: {}", self.cluster, error_chain(&e)),
+            })?
             .with_layer(&tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT))
             .build();
         self.check_crds(&client).await?;
-        *slot = Some(client.clone());
         Ok(client)
     }
 

@@ -32,10 +32,10 @@ pub struct Backends {
 
 impl Backends {
     /// Clusters with an `agent` endpoint (each agent's control API called with its token) and
-    /// clusters with a `kubernetes` endpoint (its kubeconfig and context).
-    pub fn standard(tokens: AgentTokens) -> Backends {
+    /// clusters with a `kubernetes` endpoint (its kubeconfig and context, or a hub's spoke
+    /// Secret, which the hub source keeps in `clients`).
+    pub fn standard(tokens: AgentTokens, clients: KubeClients) -> Backends {
         // One kube client per Kubernetes cluster, whatever the number of Rollouts driven there.
-        let clients = KubeClients::default();
         Backends::with(move |cluster: &Cluster, target: &Target| {
             let endpoint = cluster.endpoint.as_ref();
             if let Some(kubernetes) = endpoint.and_then(|e| e.kubernetes.clone()) {

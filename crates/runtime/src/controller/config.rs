@@ -11,6 +11,8 @@
 //! manifests: manifests/        # a directory or file of Fleet, FleetRollout, Rollout, templates
 //! # … or the desired state from Git (exactly one of manifests and git):
 //! # git: {url: "git://127.0.0.1/fleet.git", branch: main, path: fleets/payments, interval: 30s}
+//! # … or from a hub cluster's API server (custom resources and spoke Secrets, watched):
+//! # hub: {namespace: flotilla, spokeNamespace: argocd}   # in-cluster, or kubeconfig/context
 //! tick: 1s                     # how often the engines run (default 1s)
 //! notifications:
 //!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
@@ -49,6 +51,9 @@ pub struct DaemonConfig {
     /// The desired state from a Git repository (or `manifests`).
     #[serde(default)]
     pub git: Option<GitConfig>,
+    /// The desired state and the spokes from a hub cluster's API server (or `manifests`, `git`).
+    #[serde(default)]
+    pub hub: Option<HubSourceConfig>,
     /// How often the engines run (default `1s`).
     #[serde(default)]
     pub tick: Option<String>,
@@ -129,6 +134,35 @@ pub struct GitConfig {
     pub correct_drift: bool,
 }
 
+/// A hub cluster as the desired state: Fleets, FleetRollouts, Rollouts and AnalysisTemplates as
+/// custom resources in `namespace`, ClusterAnalysisTemplates, and the spoke Secrets in
+/// `spokeNamespace`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HubSourceConfig {
+    /// A kubeconfig file (default: the in-cluster configuration of the Pod, else what
+    /// `kubectl` reads).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context (default: its current one).
+    #[serde(default)]
+    pub context: Option<String>,
+    /// The namespace of the desired state (default `flotilla`).
+    #[serde(default = "default_hub_namespace")]
+    pub namespace: String,
+    /// The namespace of the spoke Secrets (default `argocd`, Argo CD's).
+    #[serde(default = "default_spoke_namespace")]
+    pub spoke_namespace: String,
+}
+
+fn default_hub_namespace() -> String {
+    "flotilla".into()
+}
+
+fn default_spoke_namespace() -> String {
+    "argocd".into()
+}
+
 /// Who the controller's commits are from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -157,6 +191,8 @@ pub enum SourceConfig {
         /// Where the clone is kept.
         cache: PathBuf,
     },
+    /// A hub cluster.
+    Hub(flotilla_kube::hub::HubConfig),
 }
 
 /// A webhook sink.
@@ -198,6 +234,17 @@ pub const EVENTS: &[&str] = &[
     "desired-state-invalid",
     "cluster-paused",
 ];
+
+/// Whether `text` is a DNS label, as Kubernetes names namespaces.
+fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7070))
@@ -349,9 +396,33 @@ impl DaemonConfig {
             let token = read_token(&format!("agentTokenFiles.{cluster}"), path)?;
             agent_tokens.clusters.insert(cluster.clone(), token);
         }
-        let source = match (&config.manifests, &config.git) {
-            (Some(path), None) => SourceConfig::Files(resolve(path)),
-            (None, Some(git)) => {
+        let source = match (&config.manifests, &config.git, &config.hub) {
+            (Some(path), None, None) => SourceConfig::Files(resolve(path)),
+            (None, None, Some(hub)) => {
+                for (field, value) in [
+                    ("hub.namespace", &hub.namespace),
+                    ("hub.spokeNamespace", &hub.spoke_namespace),
+                ] {
+                    if !is_dns_label(value) {
+                        return Err(fail(
+                            field,
+                            format!(
+                                "{value:?} is not a namespace name (a DNS label: lower-case letters, digits and `-`, at most 63)"
+                            ),
+                        ));
+                    }
+                }
+                SourceConfig::Hub(flotilla_kube::hub::HubConfig {
+                    kubeconfig: hub
+                        .kubeconfig
+                        .as_deref()
+                        .map(|p| resolve(p).display().to_string()),
+                    context: hub.context.clone(),
+                    namespace: hub.namespace.clone(),
+                    spoke_namespace: hub.spoke_namespace.clone(),
+                })
+            }
+            (None, Some(git), None) => {
                 let interval_ms = match &git.interval {
                     None => 30_000,
                     Some(text) => {
@@ -382,7 +453,7 @@ impl DaemonConfig {
             _ => {
                 return Err(fail(
                     "",
-                    "set exactly one of `manifests` (files) and `git` (a repository)".into(),
+                    "set exactly one of `manifests` (files), `git` (a repository) and `hub` (a hub cluster's API server)".into(),
                 ));
             }
         };
@@ -525,6 +596,39 @@ mod tests {
         assert_eq!(cache, Path::new("/x/s.git-cache"));
         assert_eq!(resolved.tick_ms, 1000);
         assert_eq!(resolved.listen, default_listen());
+    }
+
+    #[test]
+    fn a_hub_source_resolves_its_kubeconfig_and_checks_its_namespaces() {
+        let hub = DaemonConfig::parse(
+            "store: s\nhub: {kubeconfig: hub.yaml, context: mgmt}\n",
+            "f",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!(
+            hub.source,
+            SourceConfig::Hub(flotilla_kube::hub::HubConfig {
+                kubeconfig: Some("/x/hub.yaml".into()),
+                context: Some("mgmt".into()),
+                namespace: "flotilla".into(),
+                spoke_namespace: "argocd".into(),
+            })
+        );
+        let error = DaemonConfig::parse(
+            "store: s\nhub:\n  spokeNamespace: Argo_CD\n",
+            "f",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (error.field.as_str(), error.line),
+            ("hub.spokeNamespace", 3),
+            "{error}"
+        );
+        let error = DaemonConfig::parse("store: s\nmanifests: m\nhub: {}\n", "f", Path::new("/x"))
+            .unwrap_err();
+        assert!(error.message.contains("exactly one"), "{error}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod dashboard;
 #[cfg(test)]
 pub mod fake_backend;
 pub mod fleet;
+pub mod hub_status;
 pub mod notify;
 pub mod plots;
 pub mod record;
@@ -107,6 +108,11 @@ pub async fn serve(
         dir: config.secrets_dir.clone(),
     };
     let (mut set, _) = source.load()?;
+    // A hub's spoke Secrets, kept where the Kubernetes backends make their clients.
+    let kube_clients = flotilla_kube::KubeClients::default();
+    if let Some(spokes) = set.spokes.take() {
+        kube_clients.set_spokes(spokes);
+    }
     source::read_secrets(&mut set, &secrets);
     // Argo Rollouts' notification configuration, from the same source: refused before anything
     // starts when it is invalid.
@@ -150,7 +156,7 @@ pub async fn serve(
             &config.source,
             config::SourceConfig::Git { git, .. } if git.correct_drift
         ),
-        backends: backends::Backends::standard(config.agent_tokens.clone()),
+        backends: backends::Backends::standard(config.agent_tokens.clone(), kube_clients.clone()),
         urgent: Arc::new(Notify::new()),
     };
     let urgent = wiring.urgent.clone();
@@ -241,6 +247,37 @@ pub async fn serve(
     });
     *shared.unrunnable.write().expect("unrunnable lock") = unrunnable;
     publish(&shared, &controllers);
+    // A hub shows each fleet's summary on its custom resources, written apart from the loop.
+    let (hub_statuses, hub_rx) = tokio::sync::watch::channel(Vec::new());
+    let hub_writer = source
+        .hub()
+        .is_some()
+        .then(|| tokio::spawn(hub_status::run(source.clone(), hub_rx)));
+    let statuses_of = |controllers: &[FleetController]| -> Vec<hub_status::HubStatus> {
+        let views = shared.views.read().expect("views lock");
+        controllers
+            .iter()
+            .filter_map(|c| {
+                let desired = c.record.desired.as_ref()?;
+                let (_, view, _) = views.get(c.name())?;
+                Some(hub_status::HubStatus {
+                    fleet: c.name().to_owned(),
+                    rollout: desired.rollout.metadata.name.clone().unwrap_or_default(),
+                    fleet_status: hub_status::fleet_status(
+                        view,
+                        desired.fleet_rollout.metadata.generation,
+                    ),
+                    rollout_status: hub_status::rollout_status(
+                        view,
+                        desired.rollout.metadata.generation,
+                    ),
+                })
+            })
+            .collect()
+    };
+    if hub_writer.is_some() {
+        hub_statuses.send_replace(statuses_of(&controllers));
+    }
     let app = api::router(shared.clone());
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -317,6 +354,9 @@ pub async fn serve(
                 match tokio::task::block_in_place(|| source.poll()) {
                     None => {}
                     Some(Ok((mut set, commit))) => {
+                        if let Some(spokes) = set.spokes.take() {
+                            kube_clients.set_spokes(spokes);
+                        }
                         source::read_secrets(&mut set, &secrets);
                         // A refused notification configuration leaves the one in force, and
                         // so does a commit whose files that could hold it cannot be read.
@@ -349,7 +389,24 @@ pub async fn serve(
                                 d.fleet_rollout.metadata.name.as_deref() == Some(controller.name())
                             }) {
                                 controller.set_invalid(Vec::new(), now);
+                                let before = controller
+                                    .fleet_changed(d)
+                                    .then(|| {
+                                        controller.record.desired.as_ref().map(|r| r.fleet.clone())
+                                    })
+                                    .flatten();
                                 extra.extend(controller.sync(d, &commit, now));
+                                // Clusters that joined or left (a hub's spoke Secrets, a
+                                // Fleet's entries): the fleet re-planned, not restarted.
+                                if let Some(before) = before {
+                                    match controller.replan(&before, d, &wiring, now) {
+                                        Ok(audit) => extra.extend(audit),
+                                        Err(e) => controller.set_invalid(
+                                            vec![format!("the Fleet's new clusters cannot be driven; the fleet keeps its clusters: {e}")],
+                                            now,
+                                        ),
+                                    }
+                                }
                             } else {
                                 let mut errors = set.errors_of(controller.name());
                                 if errors.is_empty() {
@@ -359,6 +416,43 @@ pub async fn serve(
                                     ));
                                 }
                                 controller.set_invalid(errors, now);
+                            }
+                        }
+                        // A FleetRollout new to the source (or valid at last) starts now.
+                        for d in &set.desired {
+                            let name = d.fleet_rollout.metadata.name.clone().unwrap_or_default();
+                            if controllers.iter().any(|c| c.name() == name) {
+                                continue;
+                            }
+                            match build(d, stored.remove(&name)) {
+                                Ok(controller) => {
+                                    tracing::info!(fleet = %name, commit = %commit, "a new FleetRollout started");
+                                    extra.push(AuditEntry::new(
+                                        now,
+                                        &name,
+                                        &controller.record.state.revision,
+                                        AuditKind::Sync,
+                                        None,
+                                        format!(
+                                            "commit {}: the FleetRollout appeared in the desired state and started",
+                                            &commit[..commit.len().min(12)]
+                                        ),
+                                    ));
+                                    shared
+                                        .unrunnable
+                                        .write()
+                                        .expect("unrunnable lock")
+                                        .remove(&name);
+                                    controllers.push(controller);
+                                }
+                                Err(e) => {
+                                    tracing::error!(fleet = %name, error = %e, "a new FleetRollout cannot start");
+                                    shared
+                                        .unrunnable
+                                        .write()
+                                        .expect("unrunnable lock")
+                                        .insert(name, vec![format!("not started: {e}")]);
+                                }
                             }
                         }
                     }
@@ -427,7 +521,7 @@ pub async fn serve(
                 all_audit.extend(audit);
                 // The durable change goes to Git apart from the loop (one attempt at a time,
                 // with backoff after a failure); its outcome is recorded with a later tick.
-                if source.interval_ms().is_some()
+                if source.is_git()
                     && let Some(change) = controller.change_needed()
                 {
                     let retry = git_retry.entry(controller.name().to_owned()).or_default();
@@ -469,6 +563,9 @@ pub async fn serve(
                 }
             }
             publish(&shared, &controllers);
+            if hub_writer.is_some() {
+                hub_statuses.send_replace(statuses_of(&controllers));
+            }
             let views: Vec<FleetView> = shared
                 .views
                 .read()
@@ -512,6 +609,9 @@ pub async fn serve(
     };
     server.abort();
     notifier.abort();
+    if let Some(writer) = hub_writer {
+        writer.abort();
+    }
     result
 }
 

@@ -13,6 +13,7 @@ mod decisions;
 mod follow;
 mod images;
 mod intent;
+mod membership;
 mod repair;
 mod views;
 
@@ -197,18 +198,7 @@ impl FleetController {
             if super::backends::spec_in_cluster(cluster, &target) {
                 spec_sources.insert(cluster.name.clone());
             }
-            let backend = wiring
-                .backends
-                .connect(cluster, &target)
-                .map_err(FleetError)?;
-            let lacks = missing(&desired.rollout, &backend.capabilities());
-            if !lacks.is_empty() {
-                return Err(FleetError(lacking(
-                    &cluster.name,
-                    &backend.capabilities().backend,
-                    &lacks,
-                )));
-            }
+            let backend = connect(wiring, cluster, &target, &desired.rollout)?;
             controller_clusters.insert(
                 cluster.name.clone(),
                 ClusterHandle::spawn(cluster.name.clone(), backend, tick),
@@ -819,6 +809,28 @@ impl FleetController {
             .collect();
         (!reasons.is_empty()).then(|| reasons.join("\n"))
     }
+}
+
+/// The backend of `cluster` for `target`, refused when it lacks a capability `rollout` needs.
+fn connect(
+    wiring: &Wiring,
+    cluster: &flotilla_core::spec::fleet::Cluster,
+    target: &super::backends::Target,
+    rollout: &flotilla_core::spec::rollout::Rollout,
+) -> Result<std::sync::Arc<dyn flotilla_core::backend::ClusterBackend>, FleetError> {
+    let backend = wiring
+        .backends
+        .connect(cluster, target)
+        .map_err(FleetError)?;
+    let lacks = missing(rollout, &backend.capabilities());
+    if !lacks.is_empty() {
+        return Err(FleetError(lacking(
+            &cluster.name,
+            &backend.capabilities().backend,
+            &lacks,
+        )));
+    }
+    Ok(backend)
 }
 
 /// Why a Rollout cannot run on a cluster: each capability it needs that the backend lacks.

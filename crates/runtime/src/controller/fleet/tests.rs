@@ -23,7 +23,10 @@ fn wiring() -> super::Wiring {
         .unwrap(),
         tick: std::time::Duration::from_secs(1),
         correct_drift: false,
-        backends: crate::controller::backends::Backends::standard(Default::default()),
+        backends: crate::controller::backends::Backends::standard(
+            Default::default(),
+            Default::default(),
+        ),
         urgent: Default::default(),
     }
 }
@@ -88,6 +91,70 @@ fn every_decision_is_an_audit_entry_and_the_right_notifications() {
     ] {
         assert!(notified.contains(event), "{event}: {notified:?}");
     }
+}
+
+/// The Fleet's clusters changing under a running fleet: one that left is dropped and said in
+/// the audit log (`ClusterRemovedMidRollout` when it left in flight, with its status), one that
+/// joined gets a backend and is adopted from what it runs; an unchanged Fleet is no change.
+#[tokio::test]
+async fn clusters_join_and_leave_a_running_fleet_without_a_restart() {
+    let wiring = wiring();
+    let before = desired("payment-api:1.8.3");
+    let first = super::FleetController::new(&before, None, &wiring).unwrap();
+    let leaving = before.fleet.spec.clusters[1].name.clone();
+    // Resumed with the leaving cluster in flight.
+    let mut stored = first.record.clone();
+    stored.adopting.clear();
+    stored.state.clusters.get_mut(&leaving).unwrap().status =
+        flotilla_core::fleet::ClusterStatus::Progressing;
+    drop(first);
+    let mut controller = super::FleetController::new(&before, Some(stored), &wiring).unwrap();
+    assert!(!controller.fleet_changed(&before));
+    controller
+        .observed
+        .insert(leaving.clone(), (true, Some((34, 66))));
+    let mut after = before.clone();
+    after.fleet.spec.clusters.remove(1);
+    let mut joining = after.fleet.spec.clusters[0].clone();
+    joining.name = "prod-eu-north".into();
+    after.fleet.spec.clusters.push(joining);
+    // The list-generated waves follow the Fleet: the leaving cluster's place is taken.
+    let list = after.fleet_rollout.spec.waves.list.as_mut().unwrap();
+    list.iter_mut()
+        .find(|e| e.cluster == leaving)
+        .unwrap()
+        .cluster = "prod-eu-north".into();
+    assert!(controller.fleet_changed(&after));
+    let audit = controller
+        .replan(&before.fleet, &after, &wiring, 1_000)
+        .unwrap();
+    let said: Vec<&str> = audit.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        said.iter().any(|m| m.starts_with(&format!(
+            "ClusterRemovedMidRollout: cluster {leaving} left the fleet while Progressing (last weights canary 34, stable 66)"
+        ))),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|m| m.starts_with("cluster prod-eu-north joined the fleet")),
+        "{said:#?}"
+    );
+    assert!(!controller.clusters.contains_key(&leaving));
+    assert!(controller.clusters.contains_key("prod-eu-north"));
+    assert!(!controller.record.state.clusters.contains_key(&leaving));
+    assert!(
+        controller
+            .record
+            .state
+            .clusters
+            .contains_key("prod-eu-north")
+    );
+    assert_eq!(
+        controller.record.adopting.iter().collect::<Vec<_>>(),
+        ["prod-eu-north"]
+    );
+    assert!(controller.plan().clusters.contains_key("prod-eu-north"));
 }
 
 /// A cluster added to the Fleet of a fleet that already has a record is adopted from what

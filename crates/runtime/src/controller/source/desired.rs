@@ -30,7 +30,17 @@ pub struct DesiredSet {
     /// The source's ConfigMaps, as read (the daemon reads its Argo Rollouts notification
     /// configuration from them: `controller::argo_notifications`).
     pub config_maps: Vec<flotilla_core::manifest::ConfigMapDocument>,
+    /// The hub's spoke Secrets (a hub source only): `namespace/name`, resourceVersion, and the
+    /// spoke or why it cannot be used; the Kubernetes backends reach the spokes through them.
+    pub spokes: Option<Vec<Spoke>>,
 }
+
+/// A spoke Secret as the backends take it.
+pub type Spoke = (
+    String,
+    String,
+    Result<flotilla_kube::spokes::Spoke, flotilla_kube::spokes::SpokeError>,
+);
 
 impl DesiredSet {
     /// Whether nothing was refused.
@@ -218,6 +228,14 @@ pub fn desired_from(
                             ),
                         ));
                     }
+                }
+                if f.spec.spokes.is_some() {
+                    diagnostics.push(loaded.diagnostic(
+                        Severity::Error,
+                        "serve/spokes-need-hub",
+                        "spec.spokes",
+                        "spokes are the spoke Secrets of a hub cluster: only `flotilla serve` with a `hub` source reads them",
+                    ));
                 }
                 fleets.push((loaded, f.as_ref().clone()));
             }

@@ -1,5 +1,5 @@
-//! Where the desired state comes from: manifest files, or a Git repository at a branch (polled,
-//! and on demand), with per-cluster overlays (`clusters/<cluster>.yaml`), and the durable
+//! Where the desired state comes from: manifest files, a Git repository at a branch (polled,
+//! and on demand), or a hub cluster's API server (watched: `hub.rs`), with per-cluster overlays (`clusters/<cluster>.yaml`), and the durable
 //! changes the controller commits back to Git (a whole-fleet revert, or pins of the failed
 //! clusters).
 //!
@@ -15,6 +15,7 @@
 
 mod desired;
 mod durable;
+pub mod hub;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -27,7 +28,7 @@ use super::config::{GitConfig, SourceConfig};
 use crate::files;
 
 use crate::overlays::{is_manifest, overlay_name};
-pub use desired::{DesiredSet, desired_from, read_secrets, read_secrets_of};
+pub use desired::{DesiredSet, Spoke, desired_from, read_secrets, read_secrets_of};
 pub(crate) use durable::edit_files;
 pub use durable::{Edit, GitChange};
 
@@ -37,7 +38,12 @@ pub enum Source {
     Files(PathBuf),
     /// A Git repository.
     Git(Box<GitSource>),
+    /// A hub cluster's API server.
+    Hub(Box<hub::HubSource>),
 }
+
+/// How often a hub's watched copies are looked at for a change.
+const HUB_POLL_MS: u64 = 500;
 
 /// A Git repository at a branch.
 pub struct GitSource {
@@ -51,10 +57,12 @@ pub struct GitSource {
 }
 
 impl Source {
-    /// Opens the source (cloning the repository when it is Git).
+    /// Opens the source (cloning the repository when it is Git; connecting to the hub and
+    /// listing it when it is one).
     pub fn open(config: &SourceConfig) -> Result<Source, ServeError> {
         match config {
             SourceConfig::Files(path) => Ok(Source::Files(path.clone())),
+            SourceConfig::Hub(hub) => Ok(Source::Hub(Box::new(hub::HubSource::open(hub)?))),
             SourceConfig::Git {
                 git,
                 interval_ms,
@@ -118,13 +126,17 @@ impl Source {
                 *git.last_head.lock().expect("head lock") = Some(head.clone());
                 Ok((desired, head))
             }
+            Source::Hub(hub) => Ok(hub.load()),
         }
     }
 
-    /// For Git: the desired state when the branch moved since the last load.
+    /// For Git: the desired state when the branch moved since the last load; for a hub, when
+    /// any object did.
     pub fn poll(&self) -> Option<Result<(DesiredSet, String), ServeError>> {
-        let Source::Git(git) = self else {
-            return None;
+        let git = match self {
+            Source::Git(git) => git,
+            Source::Hub(hub) => return hub.poll().map(Ok),
+            Source::Files(_) => return None,
         };
         let checkout = git.checkout.lock().expect("checkout lock");
         let head = match checkout.fetch() {
@@ -140,11 +152,25 @@ impl Source {
         Some(result)
     }
 
-    /// The poll interval (Git only).
+    /// The poll interval (Git, and a hub's watched copies).
     pub fn interval_ms(&self) -> Option<u64> {
         match self {
             Source::Git(git) => Some(git.interval_ms),
+            Source::Hub(_) => Some(HUB_POLL_MS),
             Source::Files(_) => None,
+        }
+    }
+
+    /// Whether durable changes are committed (a Git source).
+    pub fn is_git(&self) -> bool {
+        matches!(self, Source::Git(_))
+    }
+
+    /// The hub, when the source is one.
+    pub fn hub(&self) -> Option<&flotilla_kube::hub::Hub> {
+        match self {
+            Source::Hub(hub) => Some(hub.hub()),
+            _ => None,
         }
     }
 

@@ -1,0 +1,460 @@
+//! Flotilla in a hub, end to end on real API servers: the test environment's cluster 0 is the hub
+//! (Flotilla's and Argo's CRDs; the Fleet, FleetRollout, Rollout and AnalysisTemplate as custom
+//! resources, as Argo CD would sync them from Git), clusters 1–3 are spokes registered in the
+//! hub's `argocd` namespace as Argo CD registers clusters (two cluster Secrets with a bearer token
+//! and the CA, one kubeconfig Secret). `flotilla serve` reads everything from the hub: the
+//! spokes join the Fleet by label and the waves select them by the Secrets' labels. A
+//! regression in one spoke (its metrics from a real Prometheus) rolls that spoke back alone; the
+//! hub's FleetRollout status, the hub Rollout's aggregate status and the history say so. Secrets
+//! that cannot be used (a garbled config, an unreachable server) are clusters with conditions
+//! naming them, in a fleet of their own, never skipped in silence.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::k8s::{
+    ANALYSED_STEPS, Cluster, Series, Serve, V1, V2, argo_hash, exporter, manifests, one_at_a_time,
+    regressing_in, service_account_kubeconfig, start_env_with, status_of,
+};
+use common::{flotilla, runtime};
+use flotilla_runtime::demo;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+fn hub_resource(group: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1alpha1", kind))
+}
+
+/// Flotilla's CRDs as files, from `flotilla crds`.
+fn flotilla_crds(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let output = flotilla().arg("crds").output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    text.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .enumerate()
+        .map(|(i, document)| {
+            let path = dir.join(format!("flotilla-crd-{i}.yaml"));
+            std::fs::write(&path, document).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// Applies `object` to the hub as Argo CD's controller would (server-side apply, its manager).
+async fn argocd_apply(hub: &kube::Client, object: &Value) {
+    let kind = object["kind"].as_str().unwrap();
+    let group = object["apiVersion"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), "flotilla", &hub_resource(group, kind));
+    api.patch(
+        name,
+        &PatchParams::apply("argocd-controller").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {kind} {name} to the hub: {e}"));
+}
+
+/// The hub's desired state: Fleets `shop` (the spokes labelled `env: prod`) and `lab` (those
+/// labelled `env: lab`), FleetRollouts `payments` (waves by the Secrets' `ring` label) and
+/// `lab-payments`, the Rollout (a template: the instance-id label) and the analysis template.
+fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
+    let text = manifests(env, None, ANALYSED_STEPS);
+    let load = flotilla_core::manifest::load_bytes("manifests.yaml", text.as_bytes());
+    let mut rollout = None;
+    let mut template = None;
+    for m in &load.manifests {
+        match &m.manifest {
+            flotilla_core::spec::Manifest::Rollout(r) => {
+                rollout = Some(serde_json::to_value(r).unwrap())
+            }
+            flotilla_core::spec::Manifest::AnalysisTemplate(t) => {
+                template = Some(serde_json::to_value(t).unwrap())
+            }
+            _ => {}
+        }
+    }
+    let mut rollout = rollout.unwrap();
+    rollout["metadata"]["labels"] =
+        json!({"argo-rollouts.argoproj.io/controller-instance-id": "flotilla"});
+    rollout["metadata"]["annotations"] =
+        json!({"argocd.argoproj.io/tracking-id": "hub-app:argoproj.io/Rollout:flotilla/payments"});
+    rollout["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    let spokes = |env_label: &str| {
+        json!({
+            "selector": {"matchLabels": {"env": env_label}},
+            "namespace": "default",
+            "rolloutSource": "flotilla"
+        })
+    };
+    vec![
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Fleet",
+               "metadata": {"name": "shop"}, "spec": {"spokes": spokes("prod")}}),
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Fleet",
+               "metadata": {"name": "lab"}, "spec": {"spokes": spokes("lab")}}),
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetRollout",
+        "metadata": {"name": "payments"},
+        "spec": {"fleet": "shop", "rollout": "payments", "waves": {"steps": [
+            {"matchLabels": {"ring": "canary"}},
+            {"matchLabels": {"ring": "early"}},
+            {"matchLabels": {"ring": "late"}}
+        ]}}}),
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetRollout",
+               "metadata": {"name": "lab-payments"},
+               "spec": {"fleet": "lab", "rollout": "payments",
+                        "waves": {"steps": [{"matchLabels": {"env": "lab"}}]}}}),
+        rollout,
+        template.unwrap(),
+    ]
+}
+
+/// Applies docs/kubernetes-hub-rbac.yaml to the hub verbatim and returns a kubeconfig of the hub
+/// with the ServiceAccount's token (a TokenRequest): the controller runs with those rights only.
+async fn hub_service_account(env: &flotilla_testenv::TestEnv, dir: &std::path::Path) -> String {
+    let hub = env.cluster(0).client().await.unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes-hub-rbac.yaml"),
+    )
+    .unwrap();
+    for object in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+        let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), "v1".to_owned()),
+        };
+        let kind = object["kind"].as_str().unwrap();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, kind));
+        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(hub.clone(), ns, &resource),
+            None => Api::all_with(hub.clone(), &resource),
+        };
+        api.patch(
+            object["metadata"]["name"].as_str().unwrap(),
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {kind}: {e}"));
+    }
+    service_account_kubeconfig(env, 0, "flotilla", dir)
+        .await
+        .display()
+        .to_string()
+}
+
+#[test]
+fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let env = start_env_with(4, flotilla_crds(dir.path()));
+    let series: Series = Arc::default();
+    let exporter = exporter(series.clone());
+    let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
+        .expect("prometheus (apt-get install prometheus)");
+    // cluster-2 (the second wave) regresses on 2.0.
+    regressing_in(&series, &env, 2);
+    let (h1, h2) = (argo_hash(V1), argo_hash(V2));
+    let runtime = runtime();
+    runtime.block_on(async {
+        let hub = env.cluster(0).client().await.unwrap();
+        for name in ["flotilla", "argocd"] {
+            Api::<Namespace>::all(hub.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        let mut spokes = Vec::new();
+        for cluster in &env.clusters()[1..] {
+            spokes.push(Cluster::prepare(cluster).await);
+        }
+        // The spokes, as Argo CD registers them: cluster Secrets with a bearer token and the
+        // CA, and one kubeconfig Secret; their labels are what the waves select.
+        let secrets = Api::<Secret>::namespaced(hub.clone(), "argocd");
+        let metrics = json!({"flotilla.dev/metrics-address": prometheus.address()});
+        for (i, ring) in [(1, "canary"), (2, "early"), (3, "late")] {
+            let cluster = env.cluster(i);
+            let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
+            let secret = if i == 3 {
+                json!({
+                    "metadata": {"name": format!("spoke-{i}"), "annotations": metrics,
+                                 "labels": {"flotilla.dev/cluster": cluster.name, "env": "prod", "ring": ring}},
+                    "stringData": {"kubeconfig": kubeconfig}
+                })
+            } else {
+                let ca = kubeconfig
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+                    .unwrap()
+                    .to_owned();
+                json!({
+                    "metadata": {"name": format!("spoke-{i}"), "annotations": metrics,
+                                 "labels": {"argocd.argoproj.io/secret-type": "cluster", "env": "prod", "ring": ring}},
+                    "stringData": {
+                        "name": cluster.name, "server": cluster.server,
+                        "config": json!({"bearerToken": cluster.token, "tlsClientConfig": {"caData": ca}}).to_string()
+                    }
+                })
+            };
+            secrets
+                .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+                .await
+                .unwrap();
+        }
+        // Two Secrets Flotilla cannot use, in the lab fleet.
+        for (name, config, server) in [
+            ("garbled", "{not json".to_owned(), "https://127.0.0.1:6443".to_owned()),
+            (
+                "gone",
+                json!({"bearerToken": "x", "tlsClientConfig": {"insecure": true}}).to_string(),
+                "https://127.0.0.1:1".to_owned(),
+            ),
+        ] {
+            let secret = json!({
+                "metadata": {"name": name, "annotations": metrics,
+                             "labels": {"argocd.argoproj.io/secret-type": "cluster", "env": "lab"}},
+                "stringData": {"name": format!("lab-{name}"), "server": server, "config": config}
+            });
+            secrets
+                .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+                .await
+                .unwrap();
+        }
+        for object in hub_objects(&env, V1) {
+            argocd_apply(&hub, &object).await;
+        }
+        // The controller reaches the hub with a kubeconfig (outside the hub's Pods), as the
+        // ServiceAccount of docs/kubernetes-hub-rbac.yaml: those rights are enough.
+        let kubeconfig = hub_service_account(&env, dir.path()).await;
+        std::fs::write(
+            dir.path().join("serve.yaml"),
+            format!(
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{kubeconfig: \"{kubeconfig}\", namespace: flotilla, spokeNamespace: argocd}}\n"
+            ),
+        )
+        .unwrap();
+        let serve = Serve::start(dir.path());
+        serve
+            .wait_for("1.0 on every spoke", Duration::from_secs(120), |v| {
+                v.phase == "Completed"
+            })
+            .await;
+        for spoke in &spokes {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let sets = spoke.replica_sets().await;
+                let rollout = spoke.rollout().await;
+                let ok = sets.get(&h1) == Some(&(3, 3))
+                    && rollout
+                        .as_ref()
+                        .is_some_and(|r| r["status"]["phase"] == "Healthy");
+                if ok {
+                    let r = rollout.unwrap();
+                    // The hub's Argo CD tracking stays in the hub.
+                    assert!(
+                        r["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"].is_null(),
+                        "{}",
+                        r["metadata"]
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{}: 1.0 not settled: {sets:?}\n{}",
+                    spoke.name,
+                    serve.log()
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+        // Nothing of the hub's Rollout runs in the hub: it is a template.
+        let hub_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+            Api::namespaced(hub.clone(), "flotilla");
+        assert!(hub_sets.list(&Default::default()).await.unwrap().items.is_empty());
+
+        // The lab fleet: each unusable Secret is a cluster with a condition naming it.
+        let condition = |lab: &flotilla_runtime::controller::record::FleetView, name: &str| {
+            lab.waves
+                .iter()
+                .flat_map(|w| w.clusters.iter())
+                .find(|c| c.name == name)
+                .and_then(|c| c.condition.clone())
+                .unwrap_or_default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let lab = serve.client().fleet("lab-payments").await.unwrap();
+            let garbled = condition(&lab, "lab-garbled");
+            if garbled.contains("Secret argocd/garbled") && !condition(&lab, "lab-gone").is_empty() {
+                assert!(garbled.contains("config"), "{garbled}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "lab: {lab:#?}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+
+        // The release: Argo CD syncs 2.0 to the hub's Rollout.
+        let mut objects = hub_objects(&env, V2);
+        argocd_apply(&hub, &objects.remove(4)).await;
+        let view = serve
+            .wait_for("cluster-2 rolled back", Duration::from_secs(180), |v| {
+                status_of(v, "cluster-2") == "RolledBack"
+                    && matches!(v.phase.as_str(), "Halted" | "Aborted")
+            })
+            .await;
+        assert_eq!(status_of(&view, "cluster-1"), "Validated", "{view:#?}");
+        assert_eq!(status_of(&view, "cluster-3"), "Held", "{view:#?}");
+        assert_eq!(view.waves.len(), 3);
+        assert_eq!(view.waves[0].clusters[0].name, "cluster-1");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c1 = spokes[0].replica_sets().await;
+            let c2 = spokes[1].replica_sets().await;
+            let c3 = spokes[2].replica_sets().await;
+            let settled = c1.get(&h2) == Some(&(3, 3))
+                && c2.get(&h1) == Some(&(3, 3))
+                && c2.get(&h2).is_none_or(|s| s.0 == 0)
+                && c3.get(&h1) == Some(&(3, 3))
+                && !c3.contains_key(&h2);
+            if settled {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "spokes not as decided: {c1:?} {c2:?} {c3:?}\n{}",
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(spokes[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+
+        // The hub tells it: the FleetRollout's status (bounded summary), the hub Rollout's
+        // aggregate status in Argo's shape.
+        let fleet_rollouts: Api<DynamicObject> = Api::namespaced_with(
+            hub.clone(),
+            "flotilla",
+            &hub_resource("flotilla.dev", "FleetRollout"),
+        );
+        let rollouts: Api<DynamicObject> = Api::namespaced_with(
+            hub.clone(),
+            "flotilla",
+            &hub_resource("argoproj.io", "Rollout"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let fr = serde_json::to_value(fleet_rollouts.get("payments").await.unwrap()).unwrap();
+            let r = serde_json::to_value(rollouts.get("payments").await.unwrap()).unwrap();
+            let status = &fr["status"];
+            let told = matches!(status["phase"].as_str(), Some("Halted" | "Aborted"))
+                && status["clusters"]["counts"]["RolledBack"] == 1
+                && r["status"]["phase"] == "Degraded";
+            if told {
+                assert_eq!(status["clusters"]["total"], 3, "{status:#}");
+                assert_eq!(status["clusters"]["counts"]["Validated"], 1, "{status:#}");
+                let named = status["clusters"]["named"].as_array().unwrap();
+                assert_eq!(named[0]["name"], "cluster-2", "{status:#}");
+                assert_eq!(named[0]["failure"]["metric"], "error-rate", "{status:#}");
+                assert_eq!(status["wave"], "2/3", "{status:#}");
+                assert_eq!(
+                    status["observedGeneration"], fr["metadata"]["generation"],
+                    "{status:#}"
+                );
+                assert_eq!(
+                    r["status"]["observedGeneration"],
+                    r["metadata"]["generation"].as_i64().unwrap().to_string()
+                );
+                let message = r["status"]["message"].as_str().unwrap();
+                assert!(message.contains("1 RolledBack"), "{message}");
+                // The writes came from Flotilla's own field manager, on the status only.
+                let managers: Vec<&str> = r["metadata"]["managedFields"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|f| f["manager"] == "flotilla-hub")
+                    .map(|f| f["subresource"].as_str().unwrap_or(""))
+                    .collect();
+                assert_eq!(managers, ["status"], "{:#}", r["metadata"]["managedFields"]);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the hub does not tell it: {:#} {:#}\n{}",
+                fr["status"],
+                r["status"],
+                serve.log()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // A spoke leaves (its Secret deleted) and comes back, without a restart: the fleet is
+        // re-planned each time, and the returning spoke, held by its wave, runs what it ran.
+        let spoke3 = serde_json::to_value(secrets.get("spoke-3").await.unwrap()).unwrap();
+        secrets
+            .delete("spoke-3", &Default::default())
+            .await
+            .unwrap();
+        let view = serve
+            .wait_for("cluster-3 gone", Duration::from_secs(30), |v| {
+                v.waves.iter().all(|w| w.clusters.iter().all(|c| c.name != "cluster-3"))
+            })
+            .await;
+        assert_eq!(status_of(&view, "cluster-2"), "RolledBack", "{view:#?}");
+        let mut back: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "spoke-3", "labels": spoke3["metadata"]["labels"],
+                         "annotations": spoke3["metadata"]["annotations"]},
+            "data": spoke3["data"]
+        }))
+        .unwrap();
+        back.metadata.resource_version = None;
+        secrets.create(&PostParams::default(), &back).await.unwrap();
+        let view = serve
+            .wait_for("cluster-3 back", Duration::from_secs(30), |v| {
+                !status_of(v, "cluster-3").is_empty()
+            })
+            .await;
+        assert!(
+            !matches!(status_of(&view, "cluster-3"), "Validated" | "RolledBack" | "Progressing"),
+            "{view:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let c3 = spokes[2].replica_sets().await;
+        assert!(c3.get(&h1) == Some(&(3, 3)) && !c3.contains_key(&h2), "{c3:?}");
+        let history = serve.client().history("payments").await.unwrap();
+        for said in [
+            "cluster cluster-3 left the fleet",
+            "cluster cluster-3 joined the fleet",
+        ] {
+            assert!(
+                history.iter().any(|e| e.message.starts_with(said)),
+                "{said:?} not in {history:#?}"
+            );
+        }
+
+        // A status write is not a change of the desired state: nothing was synced again.
+        let history = serve.client().history("payments").await.unwrap();
+        let syncs = history
+            .iter()
+            .filter(|e| e.message.contains("new desired revision"))
+            .count();
+        assert_eq!(syncs, 1, "{history:#?}");
+        assert!(
+            history
+                .iter()
+                .any(|e| e.message.contains("cluster-2") && e.message.contains("error-rate")),
+            "{history:#?}"
+        );
+        drop(serve);
+    });
+    drop(prometheus);
+}

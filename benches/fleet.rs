@@ -5,10 +5,14 @@
 //! `FLEET_BENCH_CLUSTERS` and `FLEET_BENCH_SERVICES` (e.g. 2000 and 2; the waves keep their
 //! shape: 10 canary clusters, then up to 990, then the rest).
 
+#[path = "common/scale.rs"]
+mod scale;
+
 use std::time::Instant;
 
 use flotilla_core::manifest::load_bytes;
 use flotilla_core::simulate::{Inputs, run_observed, run_with};
+use scale::Scale;
 
 /// A size from the environment, or its default.
 fn size(name: &str, default: usize) -> usize {
@@ -18,77 +22,17 @@ fn size(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Service `service`'s fleet: 10 canary clusters, then up to 990, then the rest.
 fn scenario(service: usize, clusters: usize) -> String {
-    let mut fleet = String::from(
-        "apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  clusters:\n",
-    );
-    let mut traffic = String::new();
-    for i in 0..clusters {
-        // Waves: 10 canary clusters, then 990, then the other 9,000.
-        let tier = if i < 10 {
-            "canary"
-        } else if i < 1_000 {
-            "early"
-        } else {
-            "main"
-        };
-        fleet.push_str(&format!(
-            "    - {{name: c{i}, region: r{}, labels: {{tier: {tier}}}}}\n",
-            i % 7
-        ));
-        traffic.push_str(&format!("    - {{name: c{i}, requestsPerSecond: 50, stable: {{errorRate: 0.002, latency: {{p50: 0.05, p95: 0.12}}}}}}\n"));
+    Scale {
+        name: &format!("svc{service}"),
+        clusters,
+        waves_at: (10, 1_000),
+        regress_every: None,
+        failure_policy: None,
     }
-    format!(
-        r#"{fleet}---
-apiVersion: flotilla.dev/v1alpha1
-kind: FleetRollout
-metadata: {{name: svc{service}}}
-spec:
-  fleet: fleet
-  rollout: svc{service}
-  bakeTime: 1m
-  waves:
-    steps:
-      - matchLabels: {{tier: canary}}
-      - matchLabels: {{tier: early}}
-      - matchLabels: {{tier: main}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: Rollout
-metadata: {{name: svc{service}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: svc}}}}
-  template:
-    metadata: {{labels: {{app: svc}}}}
-    spec: {{containers: [{{name: app, image: "svc{service}:2"}}]}}
-  strategy:
-    canary:
-      trafficRouting: {{plugins: {{flotilla/agent: {{}}}}}}
-      analysis: {{templates: [{{templateName: error-rate}}]}}
-      steps: [{{setWeight: 20}}, {{pause: {{duration: 1m}}}}, {{setWeight: 60}}, {{pause: {{duration: 1m}}}}]
----
-apiVersion: argoproj.io/v1alpha1
-kind: AnalysisTemplate
-metadata: {{name: error-rate}}
-spec:
-  metrics:
-    - name: error-rate
-      interval: 30s
-      failureLimit: 1
-      successCondition: len(result) > 0 && result[0] < 0.02
-      provider: {{builtin: {{metric: error-rate, window: 1m, minRequests: 100}}}}
----
-apiVersion: flotilla.dev/v1alpha1
-kind: Scenario
-metadata: {{name: scale}}
-spec:
-  previousImage: "svc{service}:1"
-  duration: 6h
-  tick: 10s
-  clusters:
-{traffic}"#
-    )
+    .manifests()
+    .0
 }
 
 fn peak_rss_mib() -> f64 {

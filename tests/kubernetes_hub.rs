@@ -2,12 +2,15 @@
 //! (Flotilla's and Argo's CRDs; the Fleet, FleetRollout, Rollout and AnalysisTemplate as custom
 //! resources, as Argo CD would sync them from Git), clusters 1–3 are spokes registered in the
 //! hub's `argocd` namespace as Argo CD registers clusters (two cluster Secrets with a bearer token
-//! and the CA, one kubeconfig Secret). `flotilla serve` reads everything from the hub: the
+//! and the CA, one kubeconfig Secret). `flotilla serve` runs as a hub's Pod would (its in-cluster
+//! configuration: the Pod's environment and mounted ServiceAccount token, with the rights of
+//! docs/kubernetes-hub-rbac.yaml only) and reads everything from the hub: the
 //! spokes join the Fleet by label and the waves select them by the Secrets' labels. A
 //! regression in one spoke (its metrics from a real Prometheus) rolls that spoke back alone; the
 //! hub's FleetRollout status, the hub Rollout's aggregate status and the history say so. Secrets
 //! that cannot be used (a garbled config, an unreachable server) are clusters with conditions
-//! naming them, in a fleet of their own, never skipped in silence.
+//! naming them, in a fleet of their own, never skipped in silence. The hub's API server killed
+//! mid-rollout: the fleet waits until it answers again, then resumes.
 
 mod common;
 
@@ -16,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::k8s::{
     ANALYSED_STEPS, Cluster, Series, Serve, V1, V2, argo_hash, exporter, manifests, one_at_a_time,
-    regressing_in, service_account_kubeconfig, start_env_with, status_of,
+    regressing_in, service_account_token, start_env_with, status_of,
 };
 use common::{flotilla, runtime};
 use flotilla_runtime::demo;
@@ -119,9 +122,14 @@ fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
     ]
 }
 
-/// Applies docs/kubernetes-hub-rbac.yaml to the hub verbatim and returns a kubeconfig of the hub
-/// with the ServiceAccount's token (a TokenRequest): the controller runs with those rights only.
-async fn hub_service_account(env: &flotilla_testenv::TestEnv, dir: &std::path::Path) -> String {
+/// Applies docs/kubernetes-hub-rbac.yaml to the hub verbatim and mounts the ServiceAccount's
+/// credentials as the kubelet mounts them in a Pod (`token` from a TokenRequest, the hub's
+/// `ca.crt`, `namespace`) in `dir/serviceaccount`, which it returns: the controller runs with
+/// those rights only, by its in-cluster configuration.
+async fn hub_service_account(
+    env: &flotilla_testenv::TestEnv,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
     let hub = env.cluster(0).client().await.unwrap();
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes-hub-rbac.yaml"),
@@ -146,10 +154,28 @@ async fn hub_service_account(env: &flotilla_testenv::TestEnv, dir: &std::path::P
         .await
         .unwrap_or_else(|e| panic!("applying {kind}: {e}"));
     }
-    service_account_kubeconfig(env, 0, "flotilla", dir)
-        .await
-        .display()
-        .to_string()
+    let mount = dir.join("serviceaccount");
+    std::fs::create_dir_all(&mount).unwrap();
+    let token = service_account_token(env, 0, "flotilla").await;
+    std::fs::write(mount.join("token"), token).unwrap();
+    let admin = kube::config::Kubeconfig::read_from(&env.cluster(0).kubeconfig).unwrap();
+    let cluster = admin.clusters[0].cluster.as_ref().unwrap();
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(data), _) => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap()
+        }
+        (None, Some(path)) => std::fs::read(path).unwrap(),
+        (None, None) => panic!("the hub's kubeconfig has no CA"),
+    };
+    std::fs::write(mount.join("ca.crt"), ca).unwrap();
+    std::fs::write(mount.join("namespace"), "flotilla").unwrap();
+    mount
 }
 
 #[test]
@@ -235,17 +261,26 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         for object in hub_objects(&env, V1) {
             argocd_apply(&hub, &object).await;
         }
-        // The controller reaches the hub with a kubeconfig (outside the hub's Pods), as the
-        // ServiceAccount of docs/kubernetes-hub-rbac.yaml: those rights are enough.
-        let kubeconfig = hub_service_account(&env, dir.path()).await;
+        // The controller runs as a Pod of the hub would: no kubeconfig, the in-cluster
+        // configuration from the Pod's environment and its mounted ServiceAccount (that of
+        // docs/kubernetes-hub-rbac.yaml: those rights are enough).
+        let mount = hub_service_account(&env, dir.path()).await;
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{kubeconfig: \"{kubeconfig}\", namespace: flotilla, spokeNamespace: argocd}}\n"
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", namespace: flotilla, spokeNamespace: argocd}}\n",
+                mount.display()
             ),
         )
         .unwrap();
-        let serve = Serve::start(dir.path());
+        let port = env.cluster(0).server.rsplit(':').next().unwrap().to_owned();
+        let serve = Serve::start_with(
+            dir.path(),
+            &[
+                ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", &port),
+            ],
+        );
         serve
             .wait_for("1.0 on every spoke", Duration::from_secs(120), |v| {
                 v.phase == "Completed"
@@ -308,6 +343,38 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         // The release: Argo CD syncs 2.0 to the hub's Rollout.
         let mut objects = hub_objects(&env, V2);
         argocd_apply(&hub, &objects.remove(4)).await;
+
+        // The hub's API server is killed mid-rollout: every fleet waits (nothing promoted,
+        // rolled back or consumed while its intent cannot be seen), then resumes.
+        serve
+            .wait_for("cluster-1 on 2.0", Duration::from_secs(60), |v| {
+                status_of(v, "cluster-1") == "Progressing"
+            })
+            .await;
+        env.kill_apiserver(0).unwrap();
+        let down = serve
+            .wait_for("the fleet waits for the hub", Duration::from_secs(20), |v| {
+                v.errors.iter().any(|e| e.contains("hub's API server does not answer"))
+            })
+            .await;
+        let step = |v: &flotilla_runtime::controller::record::FleetView| {
+            v.waves[0].clusters[0].step.clone()
+        };
+        let spoke_step = spokes[0].rollout().await.unwrap()["status"]["currentStepIndex"].clone();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let still = serve.client().fleet("payments").await.unwrap();
+        assert_eq!(step(&still), step(&down), "{still:#?}");
+        assert_eq!(status_of(&still, "cluster-1"), "Progressing", "{still:#?}");
+        assert_eq!(status_of(&still, "cluster-2"), "NotStarted", "{still:#?}");
+        assert_eq!(
+            spokes[0].rollout().await.unwrap()["status"]["currentStepIndex"],
+            spoke_step
+        );
+        env.restore_apiserver(0).unwrap();
+        serve
+            .wait_for("the fleet goes on", Duration::from_secs(30), |v| v.errors.is_empty())
+            .await;
+
         let view = serve
             .wait_for("cluster-2 rolled back", Duration::from_secs(180), |v| {
                 status_of(v, "cluster-2") == "RolledBack"
@@ -434,6 +501,8 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         for said in [
             "cluster cluster-3 left the fleet",
             "cluster cluster-3 joined the fleet",
+            "the hub's API server does not answer",
+            "the hub's API server answers again",
         ] {
             assert!(
                 history.iter().any(|e| e.message.starts_with(said)),

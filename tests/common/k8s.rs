@@ -360,9 +360,15 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(dir: &Path) -> Serve {
+        Serve::start_with(dir, &[])
+    }
+
+    /// `flotilla serve` with more environment variables (e.g. a Pod's `KUBERNETES_SERVICE_*`).
+    pub fn start_with(dir: &Path, envs: &[(&str, &str)]) -> Serve {
         let mut child = flotilla()
             .args(["serve", "--config"])
             .arg(dir.join("serve.yaml"))
+            .envs(envs.iter().copied())
             .current_dir(dir)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())

@@ -32,14 +32,68 @@ const FIRST_LIST: Duration = Duration::from_secs(30);
 /// Where the hub is and what of it Flotilla reads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HubConfig {
-    /// A kubeconfig file (None: in-cluster configuration, else what `kubectl` reads).
+    /// A kubeconfig file (None: the in-cluster configuration of a Pod).
     pub kubeconfig: Option<String>,
+    /// Where the Pod's ServiceAccount token and CA are mounted, for the in-cluster
+    /// configuration ([`SERVICE_ACCOUNT_DIR`] in a Pod).
+    pub service_account_dir: String,
     /// Its context (None: the current one).
     pub context: Option<String>,
     /// The namespace of the Fleets, FleetRollouts, Rollouts and AnalysisTemplates.
     pub namespace: String,
     /// The namespace of the spoke Secrets (Argo CD's is `argocd`).
     pub spoke_namespace: String,
+}
+
+/// Where a Pod's ServiceAccount credentials are mounted.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The in-cluster configuration of a Pod, as client-go builds it: the API server from
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT` (`host`, `port`), the CA and the
+/// token from the ServiceAccount's files in `dir` (`ca.crt`, `token`). The token is read from
+/// its file again as it rotates (the kubelet renews projected tokens), never copied.
+pub fn in_cluster(
+    host: Option<&str>,
+    port: Option<&str>,
+    dir: &std::path::Path,
+) -> Result<kube::config::Kubeconfig, HubError> {
+    let (Some(host), Some(port)) = (host.filter(|h| !h.is_empty()), port) else {
+        return Err(HubError::Config(
+            "no kubeconfig is configured and this is not a Pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not both set): set hub.kubeconfig outside the hub's Pods".into(),
+        ));
+    };
+    let port: u16 = port
+        .trim()
+        .parse()
+        .map_err(|_| HubError::Config(format!("KUBERNETES_SERVICE_PORT {port:?} is not a port")))?;
+    // An IPv6 address is bracketed in a URL.
+    let server = match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(ip)) => format!("https://[{ip}]:{port}"),
+        _ => format!("https://{host}:{port}"),
+    };
+    for file in ["token", "ca.crt"] {
+        let path = dir.join(file);
+        if let Err(e) = std::fs::metadata(&path) {
+            return Err(HubError::Config(format!(
+                "in-cluster configuration: the ServiceAccount's {file} ({}): {e}",
+                path.display()
+            )));
+        }
+    }
+    let text = |p: std::path::PathBuf| p.display().to_string();
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": server,
+            "certificate-authority": text(dir.join("ca.crt")),
+        }}],
+        "users": [{"name": "service-account", "user": {"tokenFile": text(dir.join("token"))}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account"}}],
+        "current-context": "in-cluster",
+    });
+    serde_json::from_value(kubeconfig)
+        .map_err(|e| HubError::Config(format!("in-cluster configuration: {e}")))
 }
 
 /// Why the hub cannot be used.
@@ -204,6 +258,49 @@ pub struct Hub {
     namespace: String,
     documents: Vec<(&'static str, Watched<DynamicObject>)>,
     secrets: Vec<Watched<Secret>>,
+    /// Why the hub's API server does not answer now (None: it answered its last probe).
+    unavailable: Arc<Mutex<Option<String>>>,
+    probe: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.probe.abort();
+    }
+}
+
+/// How often the hub's API server is asked whether it answers.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// Asks the hub's API server for its version every [`PROBE_EVERY`] (a read every identity may
+/// make) and keeps why it did not answer, None when it did.
+fn probe(
+    client: kube::Client,
+    unavailable: Arc<Mutex<Option<String>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let answer = tokio::time::timeout(PROBE_EVERY, client.apiserver_version()).await;
+            let why = match answer {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer in {} s", PROBE_EVERY.as_secs())),
+            };
+            {
+                let mut now = unavailable.lock().expect("hub probe lock");
+                if now.is_none() != why.is_none() {
+                    match &why {
+                        Some(e) => {
+                            tracing::warn!(error = %e, "the hub's API server does not answer");
+                        }
+                        None => tracing::info!("the hub's API server answers again"),
+                    }
+                }
+                *now = why;
+            }
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    })
 }
 
 impl Hub {
@@ -223,11 +320,16 @@ impl Hub {
                     .await
                     .map_err(|e| HubError::Config(format!("kubeconfig {path}: {e}")))?
             }
-            None => kube::Config::infer().await.map_err(|e| {
-                HubError::Config(format!(
-                    "no in-cluster configuration and no kubeconfig: {e}"
-                ))
-            })?,
+            None => {
+                let kubeconfig = in_cluster(
+                    std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+                    std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
+                    std::path::Path::new(&config.service_account_dir),
+                )?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|e| HubError::Config(format!("in-cluster configuration: {e}")))?
+            }
         };
         client_config.connect_timeout = Some(Duration::from_secs(5));
         client_config.read_timeout = Some(Duration::from_secs(15));
@@ -284,11 +386,14 @@ impl Hub {
                 ),
             ),
         ];
+        let unavailable = Arc::new(Mutex::new(None));
         let hub = Hub {
+            probe: probe(client.clone(), unavailable.clone()),
             client,
             namespace,
             documents,
             secrets,
+            unavailable,
         };
         hub.listed().await?;
         Ok(hub)
@@ -313,6 +418,12 @@ impl Hub {
             }
         }
         Ok(())
+    }
+
+    /// Why the hub's API server did not answer its last probe (None: it did). While it does
+    /// not, what the watches hold may be stale and nothing Flotilla writes there lands.
+    pub fn unavailable(&self) -> Option<String> {
+        self.unavailable.lock().expect("hub probe lock").clone()
     }
 
     /// The namespace of the desired state.
@@ -478,6 +589,42 @@ pub fn is_template(rollout: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_in_cluster_configuration_is_a_pods_environment_and_service_account_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = in_cluster(None, None, dir.path()).unwrap_err();
+        assert!(outside.to_string().contains("hub.kubeconfig"), "{outside}");
+        let bad = in_cluster(Some("10.0.0.1"), Some("https"), dir.path()).unwrap_err();
+        assert!(bad.to_string().contains("KUBERNETES_SERVICE_PORT"), "{bad}");
+        let missing = in_cluster(Some("10.0.0.1"), Some("443"), dir.path()).unwrap_err();
+        assert!(missing.to_string().contains("token"), "{missing}");
+        std::fs::write(dir.path().join("token"), "t").unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "c").unwrap();
+        for (host, server) in [
+            ("10.0.0.1", "https://10.0.0.1:443"),
+            ("fd00::1", "https://[fd00::1]:443"),
+            (
+                "kubernetes.default.svc",
+                "https://kubernetes.default.svc:443",
+            ),
+        ] {
+            let config = in_cluster(Some(host), Some("443"), dir.path()).unwrap();
+            let cluster = config.clusters[0].cluster.as_ref().unwrap();
+            assert_eq!(cluster.server.as_deref(), Some(server));
+            assert_eq!(
+                cluster.certificate_authority.as_deref(),
+                Some(dir.path().join("ca.crt").to_str().unwrap())
+            );
+            // The token is read from its file (and again as the kubelet rotates it).
+            let user = config.auth_infos[0].auth_info.as_ref().unwrap();
+            assert_eq!(
+                user.token_file.as_deref(),
+                Some(dir.path().join("token").to_str().unwrap())
+            );
+            assert!(user.token.is_none());
+        }
+    }
 
     #[test]
     fn a_document_drops_what_the_api_server_adds() {

@@ -12,7 +12,8 @@
 //! # … or the desired state from Git (exactly one of manifests and git):
 //! # git: {url: "git://127.0.0.1/fleet.git", branch: main, path: fleets/payments, interval: 30s}
 //! # … or from a hub cluster's API server (custom resources and spoke Secrets, watched):
-//! # hub: {namespace: flotilla, spokeNamespace: argocd}   # in-cluster, or kubeconfig/context
+//! # hub: {namespace: flotilla, spokeNamespace: argocd}   # a Pod's in-cluster configuration,
+//! #   or kubeconfig/context; serviceAccountDir where the Pod's token and CA are mounted
 //! tick: 1s                     # how often the engines run (default 1s)
 //! notifications:
 //!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
@@ -140,10 +141,13 @@ pub struct GitConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HubSourceConfig {
-    /// A kubeconfig file (default: the in-cluster configuration of the Pod, else what
-    /// `kubectl` reads).
+    /// A kubeconfig file (default: the in-cluster configuration of the Pod).
     #[serde(default)]
     pub kubeconfig: Option<PathBuf>,
+    /// Where the Pod's ServiceAccount token and CA are mounted, for the in-cluster
+    /// configuration (default `/var/run/secrets/kubernetes.io/serviceaccount`).
+    #[serde(default)]
+    pub service_account_dir: Option<PathBuf>,
     /// The kubeconfig's context (default: its current one).
     #[serde(default)]
     pub context: Option<String>,
@@ -417,6 +421,10 @@ impl DaemonConfig {
                         .kubeconfig
                         .as_deref()
                         .map(|p| resolve(p).display().to_string()),
+                    service_account_dir: hub.service_account_dir.as_deref().map_or_else(
+                        || flotilla_kube::hub::SERVICE_ACCOUNT_DIR.to_owned(),
+                        |p| resolve(p).display().to_string(),
+                    ),
                     context: hub.context.clone(),
                     namespace: hub.namespace.clone(),
                     spoke_namespace: hub.spoke_namespace.clone(),
@@ -610,6 +618,7 @@ mod tests {
             hub.source,
             SourceConfig::Hub(flotilla_kube::hub::HubConfig {
                 kubeconfig: Some("/x/hub.yaml".into()),
+                service_account_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
                 context: Some("mgmt".into()),
                 namespace: "flotilla".into(),
                 spoke_namespace: "argocd".into(),

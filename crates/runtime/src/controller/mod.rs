@@ -9,6 +9,9 @@
 //!    store transaction;
 //! 4. only then hand the actions to the clusters' workers and start the measurements.
 //!
+//! With a hub source, no fleet ticks while the hub's API server does not answer (its intent
+//! may have changed unseen): the fleets wait, the error on their views, and go on after.
+//!
 //! A `kill -9` between 3 and 4 loses nothing: on restart every cluster's last intent is
 //! re-asserted (idempotently) and in-flight measurements are taken again.
 
@@ -479,10 +482,58 @@ pub async fn serve(
             }
             let mut all_audit = Vec::new();
             let mut notified = false;
+            // While a hub's API server does not answer, every fleet waits: its intent may have
+            // changed unseen and nothing written there lands, so nothing is promoted, rolled
+            // back or consumed (the spokes' data planes keep what they serve) until it answers.
+            let waiting = source
+                .hub()
+                .and_then(|hub| hub.unavailable())
+                .map(|why| format!("the hub's API server does not answer ({why}): the fleet waits, nothing is promoted, rolled back or consumed until it does"));
+            for controller in controllers.iter_mut() {
+                if controller.waiting.is_some() != waiting.is_some() {
+                    extra.push(AuditEntry::new(
+                        now,
+                        controller.name(),
+                        &controller.record.state.revision,
+                        AuditKind::Fleet,
+                        None,
+                        waiting.clone().unwrap_or_else(|| {
+                            "the hub's API server answers again: the fleet goes on".into()
+                        }),
+                    ));
+                }
+                controller.waiting.clone_from(&waiting);
+            }
+            if waiting.is_some() {
+                let writes: Vec<TickWrite> = controllers
+                    .iter()
+                    .map(|controller| TickWrite {
+                        record: None,
+                        consumed: Vec::new(),
+                        audit: extra
+                            .iter()
+                            .filter(|e| e.fleet == controller.name())
+                            .cloned()
+                            .collect(),
+                        notifications: Vec::new(),
+                        plots: Vec::new(),
+                    })
+                    .filter(|w| !w.audit.is_empty())
+                    .collect();
+                if !writes.is_empty() {
+                    let audits = tokio::task::block_in_place(|| store.commit_ticks(writes))?;
+                    all_audit.extend(audits.into_iter().flatten());
+                }
+            }
+            let ticking: &mut [FleetController] = if waiting.is_some() {
+                &mut []
+            } else {
+                &mut controllers[..]
+            };
             // Every fleet ticks, then their ticks are written in one transaction (one sync to
             // disk per pass, however many fleets), then their actions run.
-            let mut ticked = Vec::with_capacity(controllers.len());
-            for controller in controllers.iter_mut() {
+            let mut ticked = Vec::with_capacity(ticking.len());
+            for controller in ticking.iter_mut() {
                 let commands: Vec<_> = pending
                     .iter()
                     .filter(|c| c.fleet == controller.name())
@@ -502,7 +553,7 @@ pub async fn serve(
                 audit.extend(out.audit.iter().cloned());
                 ticked.push((out, audit, plots));
             }
-            let writes: Vec<TickWrite> = controllers
+            let writes: Vec<TickWrite> = ticking
                 .iter()
                 .zip(&mut ticked)
                 .map(|(controller, (out, audit, plots))| TickWrite {
@@ -514,8 +565,7 @@ pub async fn serve(
                 })
                 .collect();
             let audits = tokio::task::block_in_place(|| store.commit_ticks(writes))?;
-            for ((controller, (out, _, _)), audit) in controllers.iter_mut().zip(ticked).zip(audits)
-            {
+            for ((controller, (out, _, _)), audit) in ticking.iter_mut().zip(ticked).zip(audits) {
                 notified |= !out.notifications.is_empty();
                 controller.dispatch(out);
                 all_audit.extend(audit);

@@ -99,6 +99,8 @@ pub struct FleetController {
     held_specs: BTreeMap<String, follow::HeldSpec>,
     /// Why their specs give no revision (they disagree, one cannot be read), while they do.
     disagreement: Option<String>,
+    /// Why the fleet waits without ticking (its hub's API server does not answer), while it does.
+    pub waiting: Option<String>,
     /// Each reported run's spec, by cluster and run (computed once).
     run_specs: BTreeMap<(String, flotilla_core::rollout::RunKey), serde_json::Value>,
 }
@@ -229,6 +231,7 @@ impl FleetController {
             spec_sources,
             held_specs: BTreeMap::new(),
             disagreement: None,
+            waiting: None,
             run_specs: BTreeMap::new(),
         };
         if changed {

@@ -41,6 +41,7 @@ impl FleetController {
                 .invalid
                 .iter()
                 .chain(&self.disagreement)
+                .chain(&self.waiting)
                 .cloned()
                 .collect(),
         }
@@ -77,6 +78,7 @@ impl FleetController {
                 .invalid
                 .iter()
                 .chain(&self.disagreement)
+                .chain(&self.waiting)
                 .cloned()
                 .collect(),
         }

@@ -1829,3 +1829,53 @@ fn resumes_after_an_upgrade(fixture: &str) {
         load.finish().await;
     });
 }
+
+/// `flotilla install`: bad options are named and print nothing (exit 2); a spoke's manifests
+/// are the documented Role in the namespace asked for, naming only the Secrets asked for.
+#[test]
+fn install_names_a_bad_option_and_prints_a_spokes_role() {
+    let out = flotilla()
+        .args([
+            "install",
+            "--namespace",
+            "Payments_Prod",
+            "--image",
+            "flotilla:1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--namespace \"Payments_Prod\""), "{stderr}");
+    // The hub's Deployment needs an image: clap refuses without one.
+    let out = flotilla().args(["install"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--image"));
+    let docs = common::installed(&[
+        "--spoke",
+        "--namespace",
+        "payments",
+        "--secret",
+        "prom-auth",
+    ]);
+    let yaml = format!("{docs:#?}");
+    assert_eq!(docs.len(), 3, "{yaml}");
+    assert!(
+        docs.iter()
+            .all(|d| d["metadata"]["namespace"] == "payments"),
+        "{yaml}"
+    );
+    let role = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+    let secrets: Vec<_> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"][0] == "secrets")
+        .collect();
+    assert_eq!(secrets.len(), 1);
+    assert_eq!(
+        secrets[0]["resourceNames"],
+        serde_json::json!(["prom-auth"])
+    );
+}

@@ -3,8 +3,8 @@
 //! resources, as Argo CD would sync them from Git), clusters 1–3 are spokes registered in the
 //! hub's `argocd` namespace as Argo CD registers clusters (two cluster Secrets with a bearer token
 //! and the CA, one kubeconfig Secret). `flotilla serve` runs as a hub's Pod would (its in-cluster
-//! configuration: the Pod's environment and mounted ServiceAccount token, with the rights of
-//! docs/kubernetes-hub-rbac.yaml only) and reads everything from the hub: the
+//! configuration: the Pod's environment and mounted ServiceAccount token, with the rights
+//! `flotilla install` gives it only) and reads everything from the hub: the
 //! spokes join the Fleet by label and the waves select them by the Secrets' labels. A
 //! regression in one spoke (its metrics from a real Prometheus) rolls that spoke back alone; the
 //! hub's FleetRollout status, the hub Rollout's aggregate status and the history say so. Secrets
@@ -122,20 +122,18 @@ fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
     ]
 }
 
-/// Applies docs/kubernetes-hub-rbac.yaml to the hub verbatim and mounts the ServiceAccount's
-/// credentials as the kubelet mounts them in a Pod (`token` from a TokenRequest, the hub's
-/// `ca.crt`, `namespace`) in `dir/serviceaccount`, which it returns: the controller runs with
-/// those rights only, by its in-cluster configuration.
+/// Applies what `flotilla install` prints to the hub (the CRDs, the ServiceAccount and RBAC of
+/// docs/kubernetes-hub-rbac.yaml, the configuration, the store's volume, the Deployment and the
+/// Service, all accepted by the API server) and mounts that ServiceAccount's credentials as the
+/// kubelet mounts them in a Pod (`token` from a TokenRequest, the hub's `ca.crt`, `namespace`)
+/// in `dir/serviceaccount`, which it returns: the controller runs with those rights only, by
+/// its in-cluster configuration.
 async fn hub_service_account(
     env: &flotilla_testenv::TestEnv,
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
     let hub = env.cluster(0).client().await.unwrap();
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes-hub-rbac.yaml"),
-    )
-    .unwrap();
-    for object in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+    for object in common::installed(&["--namespace", "flotilla", "--image", "flotilla:e2e"]) {
         let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
             Some((g, v)) => (g.to_owned(), v.to_owned()),
             None => (String::new(), "v1".to_owned()),
@@ -154,6 +152,12 @@ async fn hub_service_account(
         .await
         .unwrap_or_else(|e| panic!("applying {kind}: {e}"));
     }
+    // The Deployment's Pod runs as the ServiceAccount (kwok's fake kubelet runs no container).
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(hub.clone(), "flotilla");
+    let deployment = deployments.get("flotilla").await.unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("flotilla"));
     let mount = dir.join("serviceaccount");
     std::fs::create_dir_all(&mount).unwrap();
     let token = service_account_token(env, 0, "flotilla").await;
@@ -206,9 +210,22 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         for cluster in &env.clusters()[1..] {
             spokes.push(Cluster::prepare(cluster).await);
         }
-        // The spokes, as Argo CD registers them: cluster Secrets with a bearer token and the
-        // CA, and one kubeconfig Secret; their labels are what the waves select.
+        // The spokes, as Argo CD registers them: a cluster Secret with a bearer token and the
+        // CA, one whose credentials come from an exec plugin (on the controller's allowlist; it
+        // says in `exec-runs` that it ran), and one kubeconfig Secret; their labels are what the
+        // waves select.
         let secrets = Api::<Secret>::namespaced(hub.clone(), "argocd");
+        let plugin = dir.path().join("argocd-k8s-auth");
+        std::fs::write(
+            &plugin,
+            format!(
+                "#!/bin/sh\necho run >> {}\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\"}}}}' \"$SPOKE_TOKEN\"\n",
+                dir.path().join("exec-runs").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         let metrics = json!({"flotilla.dev/metrics-address": prometheus.address()});
         for (i, ring) in [(1, "canary"), (2, "early"), (3, "late")] {
             let cluster = env.cluster(i);
@@ -225,12 +242,24 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                     .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
                     .unwrap()
                     .to_owned();
+                let config = if i == 2 {
+                    json!({
+                        "execProviderConfig": {
+                            "command": plugin.display().to_string(),
+                            "env": {"SPOKE_TOKEN": cluster.token},
+                            "apiVersion": "client.authentication.k8s.io/v1beta1"
+                        },
+                        "tlsClientConfig": {"caData": ca}
+                    })
+                } else {
+                    json!({"bearerToken": cluster.token, "tlsClientConfig": {"caData": ca}})
+                };
                 json!({
                     "metadata": {"name": format!("spoke-{i}"), "annotations": metrics,
                                  "labels": {"argocd.argoproj.io/secret-type": "cluster", "env": "prod", "ring": ring}},
                     "stringData": {
                         "name": cluster.name, "server": cluster.server,
-                        "config": json!({"bearerToken": cluster.token, "tlsClientConfig": {"caData": ca}}).to_string()
+                        "config": config.to_string()
                     }
                 })
             };
@@ -239,13 +268,21 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 .await
                 .unwrap();
         }
-        // Two Secrets Flotilla cannot use, in the lab fleet.
+        // Secrets Flotilla cannot use, in the lab fleet: a garbled config, an unreachable
+        // server, a credential plugin not on the allowlist, and (as an attacker who may write
+        // Secrets there would) a kubeconfig that sends the controller's own token elsewhere.
         for (name, config, server) in [
             ("garbled", "{not json".to_owned(), "https://127.0.0.1:6443".to_owned()),
             (
                 "gone",
                 json!({"bearerToken": "x", "tlsClientConfig": {"insecure": true}}).to_string(),
                 "https://127.0.0.1:1".to_owned(),
+            ),
+            (
+                "unlisted",
+                json!({"execProviderConfig": {"command": "/bin/sh", "args": ["-c", "id"]}})
+                    .to_string(),
+                env.cluster(1).server.clone(),
             ),
         ] {
             let secret = json!({
@@ -258,18 +295,31 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 .await
                 .unwrap();
         }
+        let stolen = json!({
+            "metadata": {"name": "stolen", "annotations": metrics,
+                         "labels": {"flotilla.dev/cluster": "lab-stolen", "env": "lab"}},
+            "stringData": {"kubeconfig": format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts: [{{name: c, context: {{cluster: k, user: u}}}}]\nclusters: [{{name: k, cluster: {{server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}}}}]\nusers: [{{name: u, user: {{tokenFile: {}}}}}]\n",
+                dir.path().join("serviceaccount/token").display()
+            )}
+        });
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(stolen).unwrap())
+            .await
+            .unwrap();
         for object in hub_objects(&env, V1) {
             argocd_apply(&hub, &object).await;
         }
         // The controller runs as a Pod of the hub would: no kubeconfig, the in-cluster
         // configuration from the Pod's environment and its mounted ServiceAccount (that of
-        // docs/kubernetes-hub-rbac.yaml: those rights are enough).
+        // `flotilla install`: those rights are enough).
         let mount = hub_service_account(&env, dir.path()).await;
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", namespace: flotilla, spokeNamespace: argocd}}\n",
-                mount.display()
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", execAllowlist: [\"{}\"], namespace: flotilla, spokeNamespace: argocd}}\n",
+                mount.display(),
+                plugin.display()
             ),
         )
         .unwrap();
@@ -286,6 +336,9 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 v.phase == "Completed"
             })
             .await;
+        // cluster-2 was reached with the allowed plugin's credentials.
+        let runs = std::fs::read_to_string(dir.path().join("exec-runs")).unwrap_or_default();
+        assert!(runs.starts_with("run"), "the exec plugin never ran: {}", serve.log());
         for spoke in &spokes {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -314,10 +367,19 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
         }
-        // Nothing of the hub's Rollout runs in the hub: it is a template.
+        // Nothing of the hub's Rollout runs in the hub: it is a template (the only ReplicaSet
+        // there is the installed Deployment's).
         let hub_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
             Api::namespaced(hub.clone(), "flotilla");
-        assert!(hub_sets.list(&Default::default()).await.unwrap().items.is_empty());
+        let names: Vec<String> = hub_sets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect();
+        assert!(names.iter().all(|n| n.starts_with("flotilla-")), "{names:?}");
 
         // The lab fleet: each unusable Secret is a cluster with a condition naming it.
         let condition = |lab: &flotilla_runtime::controller::record::FleetView, name: &str| {
@@ -332,8 +394,23 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         loop {
             let lab = serve.client().fleet("lab-payments").await.unwrap();
             let garbled = condition(&lab, "lab-garbled");
-            if garbled.contains("Secret argocd/garbled") && !condition(&lab, "lab-gone").is_empty() {
+            let (unlisted, stolen) = (condition(&lab, "lab-unlisted"), condition(&lab, "lab-stolen"));
+            if garbled.contains("Secret argocd/garbled")
+                && !condition(&lab, "lab-gone").is_empty()
+                && !unlisted.is_empty()
+                && !stolen.is_empty()
+            {
                 assert!(garbled.contains("config"), "{garbled}");
+                assert!(
+                    unlisted.contains("Secret argocd/unlisted: config.execProviderConfig.command")
+                        && unlisted.contains("/bin/sh")
+                        && unlisted.contains("execAllowlist"),
+                    "{unlisted}"
+                );
+                assert!(
+                    stolen.contains("Secret argocd/stolen: kubeconfig: users[u].user.tokenFile"),
+                    "{stolen}"
+                );
                 break;
             }
             assert!(Instant::now() < deadline, "lab: {lab:#?}");

@@ -5,6 +5,7 @@ mod analysis;
 mod ctl;
 mod demo;
 mod demo_app;
+mod install;
 mod judge;
 mod lint;
 mod serve;
@@ -47,6 +48,10 @@ enum Command {
     /// Print the CustomResourceDefinitions of Flotilla's own kinds (Fleet, FleetRollout) as YAML,
     /// for `kubectl apply -f -`. Argo's kinds use Argo's CRDs, from Argo's release.
     Crds,
+    /// Print the manifests that install Flotilla in a hub cluster (namespace, CRDs, least-
+    /// privilege RBAC, configuration, store volume, Deployment, Service), or with --spoke in a
+    /// spoke, for `kubectl apply -f -`.
+    Install(install::InstallArgs),
     #[command(flatten)]
     Ctl(ctl::Verb),
 }
@@ -69,6 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .write_all(flotilla_runtime::controller::backends::crds_yaml().as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Install(args) => install::run(args),
         Command::Ctl(verb) => ctl::run(verb, cli.server),
     }
 }

@@ -17,6 +17,23 @@ pub fn flotilla() -> Command {
     Command::new(env!("CARGO_BIN_EXE_flotilla"))
 }
 
+/// The documents `flotilla install ARGS` prints (it must succeed).
+#[allow(dead_code)]
+pub fn installed(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = flotilla().arg("install").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    serde_saphyr::from_multiple::<serde_json::Value>(&yaml)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
 /// The first stdout line of a child (its address line); the rest is drained so that the child
 /// never blocks on a full pipe.
 pub fn first_line(child: &mut Child) -> String {

@@ -41,6 +41,8 @@ pub struct HubConfig {
     pub context: Option<String>,
     /// The namespace of the Fleets, FleetRollouts, Rollouts and AnalysisTemplates.
     pub namespace: String,
+    /// The exec credential plugins a spoke Secret may run, by command exactly as it names them.
+    pub exec_allowlist: Vec<String>,
     /// The namespace of the spoke Secrets (Argo CD's is `argocd`).
     pub spoke_namespace: String,
 }
@@ -217,8 +219,9 @@ pub struct SpokeSecret {
 }
 
 impl SpokeSecret {
-    /// Reads one Secret as the hub sees it.
-    pub fn read(secret: &Secret) -> SpokeSecret {
+    /// Reads one Secret as the hub sees it; an exec credential plugin runs only when its
+    /// command is on `exec_allowlist`.
+    pub fn read(secret: &Secret, exec_allowlist: &[String]) -> SpokeSecret {
         let (name, labels) = spokes::identity(secret);
         SpokeSecret {
             id: format!(
@@ -229,13 +232,14 @@ impl SpokeSecret {
             version: secret.metadata.resource_version.clone().unwrap_or_default(),
             name,
             labels,
-            spoke: Spoke::from_secret(secret),
+            spoke: Spoke::from_secret_allowing(secret, exec_allowlist),
         }
     }
 
-    /// Reads a Secret given as JSON (as `kubectl get secret -o json` prints it).
+    /// Reads a Secret given as JSON (as `kubectl get secret -o json` prints it), running no
+    /// credential plugin.
     pub fn from_json(value: Value) -> Result<SpokeSecret, serde_json::Error> {
-        Ok(SpokeSecret::read(&serde_json::from_value(value)?))
+        Ok(SpokeSecret::read(&serde_json::from_value(value)?, &[]))
     }
 }
 
@@ -258,6 +262,7 @@ pub struct Hub {
     namespace: String,
     documents: Vec<(&'static str, Watched<DynamicObject>)>,
     secrets: Vec<Watched<Secret>>,
+    exec_allowlist: Vec<String>,
     /// Why the hub's API server does not answer now (None: it answered its last probe).
     unavailable: Arc<Mutex<Option<String>>>,
     probe: tokio::task::JoinHandle<()>,
@@ -393,6 +398,7 @@ impl Hub {
             namespace,
             documents,
             secrets,
+            exec_allowlist: config.exec_allowlist.clone(),
             unavailable,
         };
         hub.listed().await?;
@@ -455,7 +461,7 @@ impl Hub {
                 if !spokes::is_spoke_secret(&secret) {
                     continue;
                 }
-                let spoke = SpokeSecret::read(&secret);
+                let spoke = SpokeSecret::read(&secret, &self.exec_allowlist);
                 if !seen.insert(spoke.id.clone()) {
                     continue;
                 }

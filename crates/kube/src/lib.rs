@@ -4,11 +4,13 @@
 //! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds;
 //! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets; [`hub`]
 //! watches a hub's API server for the desired state and the spokes, and writes the fleets'
-//! summaries there.
+//! summaries there; [`install`] prints the manifests that install Flotilla in a hub and its
+//! spokes.
 
 pub mod backend;
 pub mod crds;
 pub mod hub;
+pub mod install;
 pub mod spokes;
 
 pub use backend::KubeBackend;

@@ -6,6 +6,12 @@
 //! generator sees them) and a kubeconfig of one context that kube's own loader turns into a
 //! client configuration. A Secret that cannot be used is an error naming it and the field,
 //! never skipped.
+//!
+//! Whoever may write a spoke Secret must not be able to make the controller run a program or
+//! send one of its own files: exec credential plugins run only when their command is on the
+//! admin's allowlist (`hub.execAllowlist`), and a kubeconfig Secret may not name files of the
+//! controller's machine (`tokenFile`, `client-certificate`, `client-key`,
+//! `certificate-authority`) nor an `auth-provider`.
 
 use std::collections::BTreeMap;
 
@@ -47,6 +53,37 @@ pub struct SpokeError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+}
+
+/// Argo CD's `execProviderConfig`: a credential plugin to run.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArgoExec {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    install_hint: Option<String>,
+}
+
+/// An exec credential plugin's configuration, if its command is on `allowlist`; else why not.
+fn allowed_exec(command: &str, allowlist: &[String]) -> Result<(), String> {
+    if allowlist.iter().any(|allowed| allowed == command) {
+        Ok(())
+    } else if allowlist.is_empty() {
+        Err(format!(
+            "the credential plugin {command:?} is not run: no command is on the exec allowlist (hub.execAllowlist)"
+        ))
+    } else {
+        Err(format!(
+            "the credential plugin {command:?} is not on the exec allowlist (hub.execAllowlist: {})",
+            allowlist.join(", ")
+        ))
+    }
 }
 
 /// Argo CD's `config` (`ClusterConfig`), the fields Flotilla reads; others are ignored as
@@ -144,8 +181,19 @@ pub fn identity(secret: &Secret) -> (String, BTreeMap<String, String>) {
 }
 
 impl Spoke {
-    /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret.
+    /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret, running no
+    /// credential plugin.
     pub fn from_secret(secret: &Secret) -> Result<Spoke, SpokeError> {
+        Spoke::from_secret_allowing(secret, &[])
+    }
+
+    /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret; an exec credential
+    /// plugin is run only when its command is on `exec_allowlist` (exactly as the Secret names
+    /// it).
+    pub fn from_secret_allowing(
+        secret: &Secret,
+        exec_allowlist: &[String],
+    ) -> Result<Spoke, SpokeError> {
         let id = format!(
             "{}/{}",
             secret.metadata.namespace.as_deref().unwrap_or(""),
@@ -195,6 +243,68 @@ impl Spoke {
                 .and_then(|c| c.cluster.as_ref())
                 .and_then(|c| c.server.clone())
                 .ok_or_else(|| fail("kubeconfig", format!("cluster {cluster:?} has no server")))?;
+            let (user, named_cluster) = {
+                let context = kubeconfig
+                    .contexts
+                    .iter()
+                    .find(|c| c.name == context)
+                    .and_then(|c| c.context.as_ref());
+                let user = context.and_then(|c| c.user.clone());
+                let auth = user.as_ref().and_then(|user| {
+                    kubeconfig
+                        .auth_infos
+                        .iter()
+                        .find(|a| &a.name == user)
+                        .and_then(|a| a.auth_info.as_ref())
+                });
+                let named = kubeconfig
+                    .clusters
+                    .iter()
+                    .find(|c| c.name == cluster)
+                    .and_then(|c| c.cluster.as_ref());
+                ((user.unwrap_or_default(), auth), named)
+            };
+            if let Some(path) = named_cluster.and_then(|c| c.certificate_authority.as_deref()) {
+                return Err(fail(
+                    &format!("kubeconfig: clusters[{cluster}].cluster.certificate-authority"),
+                    format!(
+                        "{path:?} is a file of the controller's machine: put the CA in certificate-authority-data"
+                    ),
+                ));
+            }
+            let (name_of_user, auth) = user;
+            if let Some(auth) = auth {
+                let field = |key: &str| format!("kubeconfig: users[{name_of_user}].user.{key}");
+                for (key, path, instead) in [
+                    ("tokenFile", &auth.token_file, "token"),
+                    (
+                        "client-certificate",
+                        &auth.client_certificate,
+                        "client-certificate-data",
+                    ),
+                    ("client-key", &auth.client_key, "client-key-data"),
+                ] {
+                    if let Some(path) = path {
+                        return Err(fail(
+                            &field(key),
+                            format!(
+                                "{path:?} is a file of the controller's machine, never read for a Secret: put the credential in {instead}"
+                            ),
+                        ));
+                    }
+                }
+                if auth.auth_provider.is_some() {
+                    return Err(fail(
+                        &field("auth-provider"),
+                        "auth providers are not run: use a token, a client certificate or an allowed exec plugin".into(),
+                    ));
+                }
+                if let Some(exec) = &auth.exec {
+                    let command = exec.command.clone().unwrap_or_default();
+                    allowed_exec(&command, exec_allowlist)
+                        .map_err(|message| fail(&field("exec.command"), message))?;
+                }
+            }
             return Ok(Spoke {
                 name: name.clone(),
                 server,
@@ -229,12 +339,40 @@ impl Spoke {
                 "EKS authentication is not supported yet: give the spoke a bearer token or a kubeconfig Secret".into(),
             ));
         }
-        if config.exec_provider_config.is_some() {
-            return Err(fail(
-                "config.execProviderConfig",
-                "exec credential plugins are not run: give the spoke a bearer token or a kubeconfig Secret".into(),
-            ));
-        }
+        let exec = match &config.exec_provider_config {
+            None => None,
+            Some(value) => {
+                let exec: ArgoExec = serde_json::from_value(value.clone()).map_err(|e| {
+                    fail(
+                        "config.execProviderConfig",
+                        format!("not Argo CD's exec provider config: {e}"),
+                    )
+                })?;
+                allowed_exec(&exec.command, exec_allowlist)
+                    .map_err(|message| fail("config.execProviderConfig.command", message))?;
+                Some(kube::config::ExecConfig {
+                    api_version: Some(
+                        exec.api_version
+                            .unwrap_or_else(|| "client.authentication.k8s.io/v1beta1".into()),
+                    ),
+                    command: Some(exec.command),
+                    args: Some(exec.args),
+                    env: (!exec.env.is_empty()).then(|| {
+                        exec.env
+                            .into_iter()
+                            .map(|(name, value)| {
+                                [("name".to_owned(), name), ("value".to_owned(), value)]
+                                    .into_iter()
+                                    .collect()
+                            })
+                            .collect()
+                    }),
+                    install_hint: exec.install_hint,
+                    interactive_mode: Some(kube::config::ExecInteractiveMode::Never),
+                    ..Default::default()
+                })
+            }
+        };
         let tls = &config.tls_client_config;
         // Argo CD's caData, certData and keyData are base64 of PEM, as a kubeconfig's *-data.
         let base64 = |field: &str, value: &Option<String>| -> Result<Option<String>, SpokeError> {
@@ -259,11 +397,14 @@ impl Spoke {
                 "certData and keyData go together".into(),
             ));
         }
-        let has_auth = config.bearer_token.is_some() || cert.is_some() || config.username.is_some();
+        let has_auth = config.bearer_token.is_some()
+            || cert.is_some()
+            || config.username.is_some()
+            || exec.is_some();
         if !has_auth {
             return Err(fail(
                 "config",
-                "no credentials: bearerToken, username and password, or certData and keyData"
+                "no credentials: bearerToken, username and password, certData and keyData, or execProviderConfig"
                     .into(),
             ));
         }
@@ -282,6 +423,7 @@ impl Spoke {
             password: config.password.clone().map(Into::into),
             client_certificate_data: cert,
             client_key_data: key.map(Into::into),
+            exec,
             ..AuthInfo::default()
         };
         let kubeconfig = Kubeconfig {
@@ -384,6 +526,86 @@ mod tests {
     }
 
     #[test]
+    fn an_exec_plugin_runs_only_from_the_allowlist() {
+        let exec = argo(serde_json::json!({
+            "execProviderConfig": {
+                "command": "argocd-k8s-auth", "args": ["aws", "--cluster-name", "eu-1"],
+                "env": {"AWS_REGION": "eu-west-1"}, "apiVersion": "client.authentication.k8s.io/v1beta1"
+            },
+            "tlsClientConfig": {"insecure": true}
+        }));
+        let refused = Spoke::from_secret(&exec).unwrap_err();
+        assert_eq!(refused.field, "config.execProviderConfig.command");
+        assert!(refused.message.contains("hub.execAllowlist"), "{refused}");
+        let other = Spoke::from_secret_allowing(&exec, &["/usr/bin/true".into()]).unwrap_err();
+        assert!(other.message.contains("/usr/bin/true"), "{other}");
+        let spoke = Spoke::from_secret_allowing(&exec, &["argocd-k8s-auth".into()]).unwrap();
+        let auth = spoke.kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
+        let plugin = auth.exec.as_ref().unwrap();
+        assert_eq!(plugin.command.as_deref(), Some("argocd-k8s-auth"));
+        assert_eq!(plugin.args.as_ref().unwrap()[2], "eu-1");
+        assert_eq!(plugin.env.as_ref().unwrap()[0]["name"], "AWS_REGION");
+        assert_eq!(plugin.env.as_ref().unwrap()[0]["value"], "eu-west-1");
+        assert!(auth.token.is_none());
+    }
+
+    /// A kubeconfig Secret that names files of the controller's machine (its own ServiceAccount
+    /// token, say, sent to the Secret's server) or a plugin not on the allowlist is refused.
+    #[test]
+    fn a_kubeconfig_secret_names_no_file_and_runs_no_unlisted_plugin() {
+        let kubeconfig = |user: &str, cluster: &str| {
+            secret(
+                serde_json::json!({KUBECONFIG_LABEL: "edge"}),
+                serde_json::json!({"kubeconfig": format!(
+                    r#"apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{{name: c, context: {{cluster: k, user: u}}}}]
+clusters: [{{name: k, cluster: {{server: "https://10.0.0.9"{cluster}}}}}]
+users: [{{name: u, user: {{{user}}}}}]
+"#
+                )}),
+            )
+        };
+        for (user, cluster, field) in [
+            (
+                "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+                "",
+                "kubeconfig: users[u].user.tokenFile",
+            ),
+            (
+                "client-certificate: /etc/x.crt, client-key: /etc/x.key",
+                "",
+                "kubeconfig: users[u].user.client-certificate",
+            ),
+            (
+                "token: t",
+                ", certificate-authority: /etc/ca.crt",
+                "kubeconfig: clusters[k].cluster.certificate-authority",
+            ),
+            (
+                "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, id]}",
+                "",
+                "kubeconfig: users[u].user.exec.command",
+            ),
+            (
+                "auth-provider: {name: oidc}",
+                "",
+                "kubeconfig: users[u].user.auth-provider",
+            ),
+        ] {
+            let error = Spoke::from_secret(&kubeconfig(user, cluster)).unwrap_err();
+            assert_eq!(error.field, field, "{error}");
+        }
+        let exec = kubeconfig(
+            "exec: {apiVersion: client.authentication.k8s.io/v1, command: /usr/local/bin/auth}",
+            "",
+        );
+        assert!(Spoke::from_secret_allowing(&exec, &["/usr/local/bin/auth".into()]).is_ok());
+        assert!(Spoke::from_secret(&kubeconfig("token: t", "")).is_ok());
+    }
+
+    #[test]
     fn a_secret_that_cannot_be_used_names_itself_and_the_field() {
         let field = |s: &Secret| Spoke::from_secret(s).unwrap_err().field;
         assert_eq!(
@@ -395,6 +617,12 @@ mod tests {
         assert_eq!(
             field(&argo(
                 serde_json::json!({"execProviderConfig": {"command": "x"}})
+            )),
+            "config.execProviderConfig.command"
+        );
+        assert_eq!(
+            field(&argo(
+                serde_json::json!({"execProviderConfig": {"args": []}})
             )),
             "config.execProviderConfig"
         );

@@ -157,6 +157,9 @@ pub fn crds_yaml() -> String {
     flotilla_kube::crds::yaml()
 }
 
+/// The manifests that install Flotilla in a hub and its spokes (`flotilla install`).
+pub use flotilla_kube::install;
+
 /// What the backend of `cluster` can do, as `flotilla lint` checks a Rollout against it (None:
 /// a cluster without an endpoint).
 pub fn capabilities_of(cluster: &Cluster) -> Option<flotilla_core::backend::Capabilities> {

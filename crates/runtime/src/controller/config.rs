@@ -151,6 +151,11 @@ pub struct HubSourceConfig {
     /// The kubeconfig's context (default: its current one).
     #[serde(default)]
     pub context: Option<String>,
+    /// The exec credential plugins a spoke Secret may run (Argo CD's `execProviderConfig`, a
+    /// kubeconfig Secret's `exec`), by command exactly as the Secrets name them (default none:
+    /// whoever may write a spoke Secret must not choose what the controller runs).
+    #[serde(default)]
+    pub exec_allowlist: Vec<String>,
     /// The namespace of the desired state (default `flotilla`).
     #[serde(default = "default_hub_namespace")]
     pub namespace: String,
@@ -426,6 +431,7 @@ impl DaemonConfig {
                         |p| resolve(p).display().to_string(),
                     ),
                     context: hub.context.clone(),
+                    exec_allowlist: hub.exec_allowlist.clone(),
                     namespace: hub.namespace.clone(),
                     spoke_namespace: hub.spoke_namespace.clone(),
                 })
@@ -620,6 +626,7 @@ mod tests {
                 kubeconfig: Some("/x/hub.yaml".into()),
                 service_account_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
                 context: Some("mgmt".into()),
+                exec_allowlist: Vec::new(),
                 namespace: "flotilla".into(),
                 spoke_namespace: "argocd".into(),
             })
@@ -638,6 +645,36 @@ mod tests {
         let error = DaemonConfig::parse("store: s\nmanifests: m\nhub: {}\n", "f", Path::new("/x"))
             .unwrap_err();
         assert!(error.message.contains("exactly one"), "{error}");
+    }
+
+    /// What `flotilla install` puts in the hub's ConfigMap is a configuration this daemon
+    /// accepts: the in-cluster hub source, the store on its volume, the API beyond loopback.
+    #[test]
+    fn the_installed_configuration_is_accepted() {
+        let options = flotilla_kube::install::HubInstall {
+            namespace: "delivery".into(),
+            spoke_namespace: "spokes".into(),
+            image: "flotilla:1".into(),
+            storage: "1Gi".into(),
+            exec_allowlist: vec!["argocd-k8s-auth".into()],
+        };
+        let text = flotilla_kube::install::serve_config(&options);
+        let resolved = DaemonConfig::parse(&text, "serve.yaml", Path::new("/etc/flotilla"))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(resolved.listen.port(), flotilla_kube::install::PORT);
+        assert!(resolved.reads_need_token);
+        assert_eq!(resolved.store, Path::new("/var/lib/flotilla/state.redb"));
+        assert_eq!(
+            resolved.source,
+            SourceConfig::Hub(flotilla_kube::hub::HubConfig {
+                kubeconfig: None,
+                service_account_dir: flotilla_kube::hub::SERVICE_ACCOUNT_DIR.into(),
+                context: None,
+                exec_allowlist: vec!["argocd-k8s-auth".into()],
+                namespace: "delivery".into(),
+                spoke_namespace: "spokes".into(),
+            })
+        );
     }
 
     #[test]

@@ -307,9 +307,6 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             .create(&PostParams::default(), &serde_json::from_value(stolen).unwrap())
             .await
             .unwrap();
-        for object in hub_objects(&env, V1) {
-            argocd_apply(&hub, &object).await;
-        }
         // The controller runs as a Pod of the hub would: no kubeconfig, the in-cluster
         // configuration from the Pod's environment and its mounted ServiceAccount (that of
         // `flotilla install`: those rights are enough).
@@ -331,6 +328,11 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 ("KUBERNETES_SERVICE_PORT", &port),
             ],
         );
+        // A fresh install: the controller started with no FleetRollout in the hub; those Argo CD
+        // syncs now start without a restart.
+        for object in hub_objects(&env, V1) {
+            argocd_apply(&hub, &object).await;
+        }
         serve
             .wait_for("1.0 on every spoke", Duration::from_secs(120), |v| {
                 v.phase == "Completed"
@@ -402,7 +404,7 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             {
                 assert!(garbled.contains("config"), "{garbled}");
                 assert!(
-                    unlisted.contains("Secret argocd/unlisted: config.execProviderConfig.command")
+                    unlisted.contains("Secret argocd/unlisted: config.execProviderConfig:")
                         && unlisted.contains("/bin/sh")
                         && unlisted.contains("execAllowlist"),
                     "{unlisted}"

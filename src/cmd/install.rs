@@ -15,16 +15,16 @@ pub struct InstallArgs {
     #[arg(long, default_value = "flotilla")]
     namespace: String,
     /// The spoke Secrets' namespace in the hub (Argo CD's, or one of Flotilla's own).
-    #[arg(long, default_value = "argocd")]
+    #[arg(long, default_value = "argocd", conflicts_with = "spoke")]
     spoke_namespace: String,
     /// The container image with the `flotilla` binary on its PATH (the hub's Deployment).
-    #[arg(long, required_unless_present = "spoke")]
+    #[arg(long, required_unless_present = "spoke", conflicts_with = "spoke")]
     image: Option<String>,
     /// The size of the store's volume.
-    #[arg(long, default_value = "1Gi")]
+    #[arg(long, default_value = "1Gi", conflicts_with = "spoke")]
     storage: String,
     /// A credential plugin spoke Secrets may run (`hub.execAllowlist`), as they name it.
-    #[arg(long = "allow-exec", value_name = "COMMAND")]
+    #[arg(long = "allow-exec", value_name = "COMMAND", conflicts_with = "spoke")]
     allow_exec: Vec<String>,
     /// Print a spoke's ServiceAccount, Role and RoleBinding instead (for the namespace of its
     /// Rollouts).

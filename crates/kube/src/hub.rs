@@ -131,6 +131,33 @@ pub enum HubError {
     },
 }
 
+/// The watches' delays between retries: 0.5 s doubling to 2 s (kube's default waits up to 30 s),
+/// so that a hub's API server back from an outage is watched again within about the probe's
+/// period, before the fleets that waited for it go on.
+struct WatchBackoff(Duration);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff(Duration::from_millis(500))
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        *self = WatchBackoff::default();
+    }
+}
+
 /// One watched kind: its store, its last error and its task.
 struct Watched<K: kube::Resource + 'static>
 where
@@ -171,7 +198,7 @@ where
     let store = writer.as_reader();
     let error = Arc::new(Mutex::new(None));
     let stream = watcher::watcher(api, config.timeout(10))
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(|object: &mut K| object.meta_mut().managed_fields = None);
     let last = error.clone();
     let name = what.clone();
@@ -277,15 +304,19 @@ impl Drop for Hub {
 /// How often the hub's API server is asked whether it answers.
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 
-/// Asks the hub's API server for its version every [`PROBE_EVERY`] (a read every identity may
-/// make) and keeps why it did not answer, None when it did.
+/// Asks the hub's API server whether it is ready (`/readyz`, which every identity may read, and
+/// which fails while its etcd does) every [`PROBE_EVERY`], and keeps why it did not answer, None
+/// when it did.
 fn probe(
     client: kube::Client,
     unavailable: Arc<Mutex<Option<String>>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let answer = tokio::time::timeout(PROBE_EVERY, client.apiserver_version()).await;
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .expect("a GET of /readyz is a request");
+            let answer = tokio::time::timeout(PROBE_EVERY, client.request_text(request)).await;
             let why = match answer {
                 Ok(Ok(_)) => None,
                 Ok(Err(e)) => Some(e.to_string()),

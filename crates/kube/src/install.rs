@@ -138,8 +138,12 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
             "not a quantity (e.g. 1Gi)",
         ));
     }
-    if let Some(bad) = options.exec_allowlist.iter().find(|c| c.trim().is_empty()) {
-        return Err(invalid("--allow-exec", bad, "an empty command"));
+    if let Some(bad) = options.exec_allowlist.iter().find(|c| !c.starts_with('/')) {
+        return Err(invalid(
+            "--allow-exec",
+            bad,
+            "not an absolute path: a plugin is allowed by where it is",
+        ));
     }
     let ns = options.namespace.as_str();
     let labels =
@@ -157,10 +161,20 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
     }
     out.push_str(&crate::crds::yaml());
     out.push_str("---\n");
-    out.push_str(&renamespaced(
+    // The cluster-scoped objects are named after the namespace, so that two installs never
+    // share (and take over) one binding.
+    let rbac = renamespaced(
         HUB_RBAC,
         &[("flotilla", ns), ("argocd", &options.spoke_namespace)],
-    ));
+    );
+    out.push_str(&if ns == "flotilla" {
+        rbac
+    } else {
+        rbac.replace(
+            "name: flotilla-hub\n",
+            &format!("name: flotilla-hub-{ns}\n"),
+        )
+    });
     document(
         &mut out,
         &json!({
@@ -180,6 +194,8 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
         }),
     );
     let probe = json!({"httpGet": {"path": "/healthz", "port": "api"}});
+    // The first lists of the hub's kinds may take up to 30 s each: alive is asked only after.
+    let startup = json!({"httpGet": {"path": "/healthz", "port": "api"}, "periodSeconds": 5, "failureThreshold": 60});
     document(
         &mut out,
         &json!({
@@ -200,8 +216,11 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
                             "command": ["flotilla"],
                             "args": ["serve", "--config", format!("{CONFIG_DIR}/serve.yaml")],
                             "ports": [{"name": "api", "containerPort": PORT}],
+                            "startupProbe": startup,
                             "readinessProbe": probe,
                             "livenessProbe": probe,
+                            // A credential plugin may keep files in its home: a scratch volume.
+                            "env": [{"name": "HOME", "value": "/tmp"}],
                             "securityContext": {
                                 "allowPrivilegeEscalation": false,
                                 "readOnlyRootFilesystem": true,
@@ -209,12 +228,14 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
                             },
                             "volumeMounts": [
                                 {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
-                                {"name": "state", "mountPath": STATE_DIR}
+                                {"name": "state", "mountPath": STATE_DIR},
+                                {"name": "tmp", "mountPath": "/tmp"}
                             ]
                         }],
                         "volumes": [
                             {"name": "config", "configMap": {"name": "flotilla"}},
-                            {"name": "state", "persistentVolumeClaim": {"claimName": "flotilla-state"}}
+                            {"name": "state", "persistentVolumeClaim": {"claimName": "flotilla-state"}},
+                            {"name": "tmp", "emptyDir": {}}
                         ]
                     }
                 }

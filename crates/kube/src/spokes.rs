@@ -70,8 +70,30 @@ struct ArgoExec {
     install_hint: Option<String>,
 }
 
-/// An exec credential plugin's configuration, if its command is on `allowlist`; else why not.
-fn allowed_exec(command: &str, allowlist: &[String]) -> Result<(), String> {
+/// Environment variables a Secret may not set for a plugin: they would change which program
+/// runs (`PATH`, the dynamic loader's), where it reads its files (`HOME`) or where its requests
+/// go (proxies).
+fn forbidden_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper == "PATH"
+        || upper == "HOME"
+        || upper.starts_with("LD_")
+        || upper.starts_with("DYLD_")
+        || upper.contains("PROXY")
+}
+
+/// Whether an exec credential plugin may run: its command on `allowlist`, and no variable of
+/// [`forbidden_env`] set by the Secret; else why not.
+fn allowed_exec<'a>(
+    command: &str,
+    env: impl IntoIterator<Item = &'a str>,
+    allowlist: &[String],
+) -> Result<(), String> {
+    if let Some(name) = env.into_iter().find(|n| forbidden_env(n)) {
+        return Err(format!(
+            "the credential plugin's env sets {name}, which a Secret may not set (PATH, HOME, LD_*, DYLD_*, proxies)"
+        ));
+    }
     if allowlist.iter().any(|allowed| allowed == command) {
         Ok(())
     } else if allowlist.is_empty() {
@@ -223,7 +245,7 @@ impl Spoke {
                     "missing: a kubeconfig Secret holds one".into(),
                 )
             })?;
-            let kubeconfig = Kubeconfig::from_yaml(&yaml)
+            let mut kubeconfig = Kubeconfig::from_yaml(&yaml)
                 .map_err(|e| fail("kubeconfig", format!("not a kubeconfig: {e}")))?;
             let context = kubeconfig
                 .current_context
@@ -301,8 +323,19 @@ impl Spoke {
                 }
                 if let Some(exec) = &auth.exec {
                     let command = exec.command.clone().unwrap_or_default();
-                    allowed_exec(&command, exec_allowlist)
-                        .map_err(|message| fail(&field("exec.command"), message))?;
+                    let names = exec
+                        .env
+                        .iter()
+                        .flatten()
+                        .filter_map(|pair| pair.get("name").map(String::as_str));
+                    allowed_exec(&command, names, exec_allowlist)
+                        .map_err(|message| fail(&field("exec"), message))?;
+                }
+            }
+            // A plugin never runs interactively: the controller has no terminal to lend it.
+            for named in &mut kubeconfig.auth_infos {
+                if let Some(exec) = named.auth_info.as_mut().and_then(|a| a.exec.as_mut()) {
+                    exec.interactive_mode = Some(kube::config::ExecInteractiveMode::Never);
                 }
             }
             return Ok(Spoke {
@@ -348,8 +381,12 @@ impl Spoke {
                         format!("not Argo CD's exec provider config: {e}"),
                     )
                 })?;
-                allowed_exec(&exec.command, exec_allowlist)
-                    .map_err(|message| fail("config.execProviderConfig.command", message))?;
+                allowed_exec(
+                    &exec.command,
+                    exec.env.keys().map(String::as_str),
+                    exec_allowlist,
+                )
+                .map_err(|message| fail("config.execProviderConfig", message))?;
                 Some(kube::config::ExecConfig {
                     api_version: Some(
                         exec.api_version
@@ -535,7 +572,7 @@ mod tests {
             "tlsClientConfig": {"insecure": true}
         }));
         let refused = Spoke::from_secret(&exec).unwrap_err();
-        assert_eq!(refused.field, "config.execProviderConfig.command");
+        assert_eq!(refused.field, "config.execProviderConfig");
         assert!(refused.message.contains("hub.execAllowlist"), "{refused}");
         let other = Spoke::from_secret_allowing(&exec, &["/usr/bin/true".into()]).unwrap_err();
         assert!(other.message.contains("/usr/bin/true"), "{other}");
@@ -547,6 +584,15 @@ mod tests {
         assert_eq!(plugin.env.as_ref().unwrap()[0]["name"], "AWS_REGION");
         assert_eq!(plugin.env.as_ref().unwrap()[0]["value"], "eu-west-1");
         assert!(auth.token.is_none());
+        // The Secret may not change which program runs or where it sends its requests.
+        for name in ["PATH", "LD_PRELOAD", "https_proxy", "HOME"] {
+            let bad = argo(serde_json::json!({
+                "execProviderConfig": {"command": "argocd-k8s-auth", "env": {name: "x"}},
+                "tlsClientConfig": {"insecure": true}
+            }));
+            let error = Spoke::from_secret_allowing(&bad, &["argocd-k8s-auth".into()]).unwrap_err();
+            assert!(error.message.contains(name), "{error}");
+        }
     }
 
     /// A kubeconfig Secret that names files of the controller's machine (its own ServiceAccount
@@ -586,7 +632,7 @@ users: [{{name: u, user: {{{user}}}}}]
             (
                 "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, id]}",
                 "",
-                "kubeconfig: users[u].user.exec.command",
+                "kubeconfig: users[u].user.exec",
             ),
             (
                 "auth-provider: {name: oidc}",
@@ -601,7 +647,18 @@ users: [{{name: u, user: {{{user}}}}}]
             "exec: {apiVersion: client.authentication.k8s.io/v1, command: /usr/local/bin/auth}",
             "",
         );
-        assert!(Spoke::from_secret_allowing(&exec, &["/usr/local/bin/auth".into()]).is_ok());
+        let spoke = Spoke::from_secret_allowing(&exec, &["/usr/local/bin/auth".into()]).unwrap();
+        let plugin = spoke.kubeconfig.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap();
+        assert!(matches!(
+            plugin.interactive_mode,
+            Some(kube::config::ExecInteractiveMode::Never)
+        ));
         assert!(Spoke::from_secret(&kubeconfig("token: t", "")).is_ok());
     }
 
@@ -618,7 +675,7 @@ users: [{{name: u, user: {{{user}}}}}]
             field(&argo(
                 serde_json::json!({"execProviderConfig": {"command": "x"}})
             )),
-            "config.execProviderConfig.command"
+            "config.execProviderConfig"
         );
         assert_eq!(
             field(&argo(

@@ -421,6 +421,16 @@ impl DaemonConfig {
                         ));
                     }
                 }
+                for (i, command) in hub.exec_allowlist.iter().enumerate() {
+                    if !Path::new(command).is_absolute() {
+                        return Err(fail(
+                            &format!("hub.execAllowlist[{i}]"),
+                            format!(
+                                "{command:?} is not an absolute path: a plugin is allowed by where it is, never looked up in PATH"
+                            ),
+                        ));
+                    }
+                }
                 SourceConfig::Hub(flotilla_kube::hub::HubConfig {
                     kubeconfig: hub
                         .kubeconfig
@@ -642,6 +652,13 @@ mod tests {
             ("hub.spokeNamespace", 3),
             "{error}"
         );
+        let error = DaemonConfig::parse(
+            "store: s\nhub:\n  execAllowlist: [/bin/auth, argocd-k8s-auth]\n",
+            "f",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert_eq!(error.field, "hub.execAllowlist[1]", "{error}");
         let error = DaemonConfig::parse("store: s\nmanifests: m\nhub: {}\n", "f", Path::new("/x"))
             .unwrap_err();
         assert!(error.message.contains("exactly one"), "{error}");
@@ -656,7 +673,7 @@ mod tests {
             spoke_namespace: "spokes".into(),
             image: "flotilla:1".into(),
             storage: "1Gi".into(),
-            exec_allowlist: vec!["argocd-k8s-auth".into()],
+            exec_allowlist: vec!["/usr/local/bin/argocd-k8s-auth".into()],
         };
         let text = flotilla_kube::install::serve_config(&options);
         let resolved = DaemonConfig::parse(&text, "serve.yaml", Path::new("/etc/flotilla"))
@@ -670,7 +687,7 @@ mod tests {
                 kubeconfig: None,
                 service_account_dir: flotilla_kube::hub::SERVICE_ACCOUNT_DIR.into(),
                 context: None,
-                exec_allowlist: vec!["argocd-k8s-auth".into()],
+                exec_allowlist: vec!["/usr/local/bin/argocd-k8s-auth".into()],
                 namespace: "delivery".into(),
                 spoke_namespace: "spokes".into(),
             })

@@ -126,8 +126,10 @@ pub async fn serve(
         ))
     })?);
     // Nothing can run at a first start whose every fleet is invalid: refused before anything
-    // (store, token) is created.
-    if set.desired.is_empty() && !config.store.exists() {
+    // (store, token) is created. A hub is watched: it may hold no valid FleetRollout yet (a
+    // fresh install), and those that become valid start then.
+    let watched = source.hub().is_some();
+    if set.desired.is_empty() && !config.store.exists() && !watched {
         return Err(ServeError::Invalid(format!(
             "the manifests are invalid; nothing was started:\n{}",
             set.errors().join("\n")
@@ -219,7 +221,7 @@ pub async fn serve(
             }
         }
     }
-    if controllers.is_empty() {
+    if controllers.is_empty() && !watched {
         return Err(ServeError::Invalid(format!(
             "the manifests are invalid and no fleet has a last valid state to keep running; nothing was started:\n{}",
             set.errors().join("\n")

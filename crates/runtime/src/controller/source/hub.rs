@@ -83,6 +83,41 @@ pub fn desired_of(read: HubRead, namespace: &str) -> DesiredSet {
         config_maps.extend(load.config_maps);
     }
     for loaded in &mut manifests {
+        if let Manifest::Fleet(fleet) = &loaded.manifest {
+            // Whoever may write a Fleet in the hub must not choose where a cluster's
+            // credentials go, nor make the controller read a file of its machine: a Fleet
+            // there reaches Kubernetes clusters only through spoke Secrets.
+            for (i, cluster) in fleet.spec.clusters.iter().enumerate() {
+                let Some(endpoint) = &cluster.endpoint else {
+                    continue;
+                };
+                let kubernetes = endpoint.kubernetes.as_ref();
+                for (field, set) in [
+                    ("agent", endpoint.agent.is_some()),
+                    (
+                        "kubernetes.kubeconfig",
+                        kubernetes.is_some_and(|k| k.kubeconfig.is_some()),
+                    ),
+                    (
+                        "kubernetes.server",
+                        kubernetes.is_some_and(|k| k.server.is_some()),
+                    ),
+                    (
+                        "kubernetes.secret",
+                        kubernetes.is_some_and(|k| k.secret.is_some()),
+                    ),
+                ] {
+                    if set {
+                        diagnostics.push(loaded.diagnostic(
+                            Severity::Error,
+                            "hub/cluster-endpoint",
+                            format!("spec.clusters[{i}].endpoint.{field}"),
+                            "a Fleet in the hub reaches its clusters only through the spoke Secrets it selects (spec.spokes): an endpoint listed here would send a cluster's credentials where the Fleet says, or read a file of the controller's machine",
+                        ));
+                    }
+                }
+            }
+        }
         match &mut loaded.manifest {
             Manifest::Fleet(fleet) => {
                 if let Some(spokes) = fleet.spec.spokes.take() {
@@ -294,6 +329,31 @@ spec:
             "{errors}"
         );
         assert!(errors.contains("hub doc 2"), "{errors}");
+    }
+
+    /// Whoever may write a Fleet in the hub cannot send a spoke's credentials elsewhere (a
+    /// listed cluster naming a spoke Secret and another server) nor make the controller read
+    /// a kubeconfig file of its machine.
+    #[test]
+    fn a_hub_fleet_lists_no_endpoint_of_its_own() {
+        let listed = "apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: shop, namespace: flotilla}\nspec:\n  clusters:\n    - {name: eu, labels: {ring: canary}, endpoint: {kubernetes: {secret: argocd/eu, server: \"https://203.0.113.9\"}}}\n    - {name: us, labels: {ring: late}, endpoint: {kubernetes: {kubeconfig: /root/.kube/config}}}\n    - {name: lab, labels: {ring: late}, endpoint: {agent: \"http://203.0.113.9:7071\"}}\n";
+        let set = desired_of(
+            read(
+                &[HUB.to_owned(), listed.to_owned(), rollout(true)],
+                Vec::new(),
+            ),
+            "flotilla",
+        );
+        assert!(set.desired.is_empty());
+        let errors = set.errors().join("\n");
+        for field in [
+            "spec.clusters[0].endpoint.kubernetes.server",
+            "spec.clusters[0].endpoint.kubernetes.secret",
+            "spec.clusters[1].endpoint.kubernetes.kubeconfig",
+            "spec.clusters[2].endpoint.agent",
+        ] {
+            assert!(errors.contains(field), "{field} not in {errors}");
+        }
     }
 
     #[test]

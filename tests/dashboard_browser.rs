@@ -180,11 +180,21 @@ fn the_dashboard_follows_a_release_live_and_acts_only_with_the_token() {
             .unwrap();
         // Without a token: read-only, no action offered.
         assert!(text(client, "#mode").await.contains("read-only"));
-        let actions = client.find_all(Locator::Css("button.action")).await.unwrap();
-        assert!(!actions.is_empty());
-        for a in &actions {
-            assert!(!a.is_displayed().await.unwrap(), "an action is offered without a token");
-        }
+        // Read in one script: the live page may re-render its buttons between two WebDriver
+        // calls (a found element then goes stale).
+        let shown = client
+            .execute(
+                "return Array.from(document.querySelectorAll('button.action')).map(b => b.checkVisibility({visibilityProperty: true, opacityProperty: true}))",
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+        let shown: Vec<bool> = serde_json::from_value(shown).unwrap();
+        assert!(!shown.is_empty());
+        assert!(
+            shown.iter().all(|s| !s),
+            "an action is offered without a token: {shown:?}"
+        );
         // A forged request is refused, on the dashboard's path as on the API's.
         let http = reqwest::Client::new();
         for path in [

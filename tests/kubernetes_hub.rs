@@ -1,14 +1,17 @@
 //! Flotilla in a hub, end to end on real API servers: the test environment's cluster 0 is the hub
 //! (Flotilla's and Argo's CRDs; the Fleet, FleetRollout, Rollout and AnalysisTemplate as custom
 //! resources, as Argo CD would sync them from Git), clusters 1–3 are spokes registered in the
-//! hub's `argocd` namespace as Argo CD registers clusters (two cluster Secrets with a bearer token
-//! and the CA, one kubeconfig Secret). `flotilla serve` runs as a hub's Pod would (its in-cluster
+//! hub's `argocd` namespace as Argo CD registers clusters (a cluster Secret with a bearer token
+//! and the CA, one whose token comes from an allowed exec credential plugin, one kubeconfig
+//! Secret). `flotilla serve` runs as a hub's Pod would (its in-cluster
 //! configuration: the Pod's environment and mounted ServiceAccount token, with the rights
 //! `flotilla install` gives it only) and reads everything from the hub: the
 //! spokes join the Fleet by label and the waves select them by the Secrets' labels. A
 //! regression in one spoke (its metrics from a real Prometheus) rolls that spoke back alone; the
 //! hub's FleetRollout status, the hub Rollout's aggregate status and the history say so. Secrets
-//! that cannot be used (a garbled config, an unreachable server) are clusters with conditions
+//! that cannot be used (a garbled config, an unreachable server, an unlisted credential plugin,
+//! a kubeconfig naming the controller's token file, a token lacking the permissions) are
+//! clusters with conditions
 //! naming them, in a fleet of their own, never skipped in silence. The hub's API server killed
 //! mid-rollout: the fleet waits until it answers again, then resumes.
 
@@ -295,6 +298,41 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 .await
                 .unwrap();
         }
+        // A spoke whose token lacks the permissions: a ServiceAccount of cluster-1 with no Role.
+        let one = env.cluster(1).client().await.unwrap();
+        Api::<Namespace>::all(one.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "nobody"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(one, "nobody")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "flotilla"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let powerless = service_account_token(&env, 1, "nobody").await;
+        let ca = std::fs::read_to_string(&env.cluster(1).kubeconfig)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+            .unwrap()
+            .to_owned();
+        let forbidden = json!({
+            "metadata": {"name": "forbidden", "annotations": metrics,
+                         "labels": {"argocd.argoproj.io/secret-type": "cluster", "env": "lab"}},
+            "stringData": {
+                "name": "lab-forbidden", "server": env.cluster(1).server,
+                "config": json!({"bearerToken": powerless, "tlsClientConfig": {"caData": ca}}).to_string()
+            }
+        });
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(forbidden).unwrap())
+            .await
+            .unwrap();
         let stolen = json!({
             "metadata": {"name": "stolen", "annotations": metrics,
                          "labels": {"flotilla.dev/cluster": "lab-stolen", "env": "lab"}},
@@ -397,11 +435,19 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             let lab = serve.client().fleet("lab-payments").await.unwrap();
             let garbled = condition(&lab, "lab-garbled");
             let (unlisted, stolen) = (condition(&lab, "lab-unlisted"), condition(&lab, "lab-stolen"));
+            let forbidden = condition(&lab, "lab-forbidden");
             if garbled.contains("Secret argocd/garbled")
                 && !condition(&lab, "lab-gone").is_empty()
                 && !unlisted.is_empty()
                 && !stolen.is_empty()
+                && !forbidden.is_empty()
             {
+                assert!(
+                    forbidden.contains("Forbidden: cannot ")
+                        && forbidden.contains("rollouts.argoproj.io")
+                        && forbidden.contains("system:serviceaccount:nobody:flotilla"),
+                    "{forbidden}"
+                );
                 assert!(garbled.contains("config"), "{garbled}");
                 assert!(
                     unlisted.contains("Secret argocd/unlisted: config.execProviderConfig:")

@@ -10,7 +10,6 @@ mod scale;
 
 use std::time::Instant;
 
-use flotilla_core::manifest::load_bytes;
 use flotilla_core::simulate::{Inputs, run_observed, run_with};
 use scale::Scale;
 
@@ -59,18 +58,7 @@ fn main() {
     let services = size("FLEET_BENCH_SERVICES", 10);
     let started = Instant::now();
     let inputs: Vec<Inputs> = (0..services)
-        .map(|service| {
-            let text = scenario(service, clusters);
-            let load = load_bytes("scale.yaml", text.as_bytes());
-            assert!(
-                load.diagnostics
-                    .iter()
-                    .all(|d| d.severity != flotilla_core::diagnostic::Severity::Error),
-                "{:?}",
-                load.diagnostics.first()
-            );
-            Inputs::from_manifests(&load.manifests).unwrap()
-        })
+        .map(|service| scale::inputs(&scenario(service, clusters)))
         .collect();
     let loaded = started.elapsed();
     eprintln!(

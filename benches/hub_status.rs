@@ -12,8 +12,7 @@ mod scale;
 use std::time::Instant;
 
 use flotilla_core::fleet::{FleetPlan, FleetState};
-use flotilla_core::manifest::load_bytes;
-use flotilla_core::simulate::{Inputs, run_with};
+use flotilla_core::simulate::run_with;
 use flotilla_runtime::controller::hub_status::{fleet_status, rollout_status};
 use flotilla_runtime::controller::record::{ClusterView, FailureView, FleetView, WaveView};
 use scale::Scale;
@@ -113,15 +112,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     for clusters in sizes {
         let (text, fleet) = scenario(clusters);
-        let load = load_bytes("scale.yaml", text.as_bytes());
-        assert!(
-            load.diagnostics
-                .iter()
-                .all(|d| d.severity != flotilla_core::diagnostic::Severity::Error),
-            "{:?}",
-            load.diagnostics.first()
-        );
-        let inputs = Inputs::from_manifests(&load.manifests).unwrap();
+        let inputs = scale::inputs(&text);
         let (mut ticks, mut writes) = (0usize, 0usize);
         let (mut fleet_max, mut fleet_last, mut rollout_max) = (0usize, 0usize, 0usize);
         let (mut last_fleet, mut last_rollout) = (Vec::new(), Vec::new());

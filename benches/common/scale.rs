@@ -2,6 +2,23 @@
 //! label-selected waves, a FleetRollout, a Rollout with two canary steps, its error-rate
 //! template and the scenario's traffic (every cluster's stable healthy).
 
+use flotilla_core::diagnostic::Severity;
+use flotilla_core::manifest::load_bytes;
+use flotilla_core::simulate::Inputs;
+
+/// The simulator's inputs from a scenario's YAML stream, which must load without an error.
+pub fn inputs(text: &str) -> Inputs {
+    let load = load_bytes("scale.yaml", text.as_bytes());
+    assert!(
+        load.diagnostics
+            .iter()
+            .all(|d| d.severity != Severity::Error),
+        "{:?}",
+        load.diagnostics.first()
+    );
+    Inputs::from_manifests(&load.manifests).unwrap()
+}
+
 /// A fleet to simulate.
 pub struct Scale<'a> {
     /// The FleetRollout's and the Rollout's name (the images are `NAME:1` and `NAME:2`).

@@ -3,7 +3,10 @@
 //! for fleets of 1,000 and 10,000 clusters driven through a whole release by the fleet machine
 //! on virtual time (10 s ticks, 1 cluster in 200 regressing), against the API server's object
 //! limit (etcd's request limit, 1.5 MiB). Also the size of the Fleet object itself in its two
-//! forms: clusters listed, or selected from the spokes' Secrets.
+//! forms: clusters listed, or selected from the spokes' Secrets; and, with the state in the hub
+//! (`hub.state: hub`), the FleetRolloutRecords: the fleet's head (the machine's state without its
+//! clusters), the largest cluster object (its state and the one it replaces), and how many
+//! cluster objects the release writes (only changed clusters are).
 //! Run with `cargo bench --bench hub_status`; `HUB_BENCH_CLUSTERS=2000` for one size.
 
 #[path = "common/scale.rs"]
@@ -110,6 +113,7 @@ fn main() {
         "| clusters | ticks | FleetRollout.status max / last | hub Rollout status max | writes (status changes) | writes per tick | summary build p50 / p99 | Fleet (JSON) listed / by selector |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let mut records = Vec::new();
     for clusters in sizes {
         let (text, fleet) = scenario(clusters);
         let inputs = scale::inputs(&text);
@@ -117,7 +121,29 @@ fn main() {
         let (mut fleet_max, mut fleet_last, mut rollout_max) = (0usize, 0usize, 0usize);
         let (mut last_fleet, mut last_rollout) = (Vec::new(), Vec::new());
         let mut builds = Vec::new();
+        // The state's records: each cluster's last written JSON, the largest head and cluster
+        // object, and the cluster objects written.
+        let mut written: std::collections::HashMap<String, Vec<u8>> = Default::default();
+        let (mut head_max, mut cluster_max, mut cluster_writes, mut busiest) =
+            (0usize, 0usize, 0usize, 0usize);
         let report = run_with(&inputs, 1, |tick| {
+            let mut changed = 0;
+            for (name, cluster) in &tick.state.clusters {
+                let json = serde_json::to_vec(cluster).unwrap();
+                if written.get(name) != Some(&json) {
+                    changed += 1;
+                    // The object holds the new state and the one it replaces.
+                    let previous = written.get(name).map_or(0, Vec::len);
+                    cluster_max = cluster_max.max(json.len() + previous);
+                    written.insert(name.clone(), json);
+                }
+            }
+            cluster_writes += changed;
+            busiest = busiest.max(changed);
+            let mut head = serde_json::to_value(tick.state).unwrap();
+            head["clusters"] = serde_json::json!({});
+            let names: usize = tick.state.clusters.keys().map(|k| k.len() + 3).sum();
+            head_max = head_max.max(serde_json::to_vec(&head).unwrap().len() + names);
             let started = Instant::now();
             let image = tick
                 .images
@@ -149,6 +175,18 @@ fn main() {
             "apiVersion: flotilla.dev/v1alpha1\nkind: Fleet\nmetadata: {name: fleet}\nspec:\n  spokes: {selector: {matchLabels: {env: prod}}}\n",
         );
         assert!(fleet_max < OBJECT_LIMIT, "{fleet_max} bytes");
+        // The head also keeps the desired state it runs: the Fleet, in its listed form here.
+        let head_listed = head_max + listed;
+        records.push(format!(
+            "| {clusters} | {:.1} KiB ({:.1} %) / {:.1} KiB ({:.1} %) | {:.1} KiB | {cluster_writes} ({:.1} per cluster, {:.0} per tick, {busiest} at most) |",
+            head_max as f64 / 1024.0,
+            head_max as f64 * 100.0 / OBJECT_LIMIT as f64,
+            head_listed as f64 / 1024.0,
+            head_listed as f64 * 100.0 / OBJECT_LIMIT as f64,
+            cluster_max as f64 / 1024.0,
+            cluster_writes as f64 / clusters as f64,
+            cluster_writes as f64 / ticks as f64,
+        ));
         println!(
             "| {clusters} | {ticks} ({}) | {:.1} / {:.1} KiB ({:.1} % of 1.5 MiB) | {:.2} KiB | {writes} | {:.2} | {:.2} / {:.2} ms | {:.0} KiB ({:.0} %) / {} B |",
             report.outcome,
@@ -163,5 +201,13 @@ fn main() {
             listed as f64 * 100.0 / OBJECT_LIMIT as f64,
             selector,
         );
+    }
+    println!();
+    println!(
+        "| clusters | FleetRolloutRecord head max, Fleet by selector / listed (share of 1.5 MiB; audit trimmed to fit) | cluster record max | cluster records written in the release |"
+    );
+    println!("|---|---|---|---|");
+    for line in records {
+        println!("{line}");
     }
 }

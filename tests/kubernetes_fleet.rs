@@ -1323,7 +1323,8 @@ fn a_lockstep_wave_needs_the_same_steps_in_every_cluster() {
     });
 }
 
-/// `flotilla crds`: the CustomResourceDefinitions of Fleet and FleetRollout, installed in a real
+/// `flotilla crds`: the CustomResourceDefinitions of Fleet and FleetRollout (and of a hub's
+/// FleetCommand and FleetRolloutRecord), installed in a real
 /// API server beside Argo's, which takes them as structural schemas; the shipped examples then
 /// apply under strict field validation, and a misspelt field or a wrong type is refused by the
 /// API server, naming the field.
@@ -1344,9 +1345,10 @@ fn flotillas_crds_install_and_validate_fleets_and_fleet_rollouts() {
         std::fs::write(&path, document).unwrap();
         crds.push(path);
     }
+    // Fleet, FleetRollout, and a hub's FleetCommand and FleetRolloutRecord.
     assert_eq!(
         crds.iter().filter(|p| p.starts_with(dir.path())).count(),
-        2,
+        4,
         "{text}"
     );
     let env = TestEnv::start(&Options {

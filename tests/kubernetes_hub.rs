@@ -13,7 +13,11 @@
 //! a kubeconfig naming the controller's token file, a token lacking the permissions) are
 //! clusters with conditions
 //! naming them, in a fleet of their own, never skipped in silence. The hub's API server killed
-//! mid-rollout: the fleet waits until it answers again, then resumes.
+//! mid-rollout: the fleet waits until it answers again, then resumes. The controller keeps its
+//! state in the hub (`hub.state: hub`): killed with SIGKILL mid-step, mid-bake and right after
+//! the failure decision, each time started again as a new Pod with nothing local, it goes on as
+//! an uninterrupted run would, makes nothing twice, and applies the operator's `FleetCommand`
+//! accepted while no controller ran, once.
 
 mod common;
 
@@ -76,7 +80,10 @@ async fn argocd_apply(hub: &kube::Client, object: &Value) {
 /// labelled `env: lab`), FleetRollouts `payments` (waves by the Secrets' `ring` label) and
 /// `lab-payments`, the Rollout (a template: the instance-id label) and the analysis template.
 fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
-    let text = manifests(env, None, ANALYSED_STEPS);
+    // The analysed steps with a longer first pause: a controller killed mid-step finds the
+    // cluster still in it after its restart.
+    let steps = ANALYSED_STEPS.replacen("pause: {duration: 1s}", "pause: {duration: 12s}", 1);
+    let text = manifests(env, None, &steps);
     let load = flotilla_core::manifest::load_bytes("manifests.yaml", text.as_bytes());
     let mut rollout = None;
     let mut template = None;
@@ -111,7 +118,7 @@ fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
                "metadata": {"name": "lab"}, "spec": {"spokes": spokes("lab")}}),
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetRollout",
         "metadata": {"name": "payments"},
-        "spec": {"fleet": "shop", "rollout": "payments", "waves": {"steps": [
+        "spec": {"fleet": "shop", "rollout": "payments", "bakeTime": "15s", "waves": {"steps": [
             {"matchLabels": {"ring": "canary"}},
             {"matchLabels": {"ring": "early"}},
             {"matchLabels": {"ring": "late"}}
@@ -183,6 +190,35 @@ async fn hub_service_account(
     std::fs::write(mount.join("ca.crt"), ca).unwrap();
     std::fs::write(mount.join("namespace"), "flotilla").unwrap();
     mount
+}
+
+/// A new Pod of the controller: `flotilla serve` in an empty directory `dir/pod-N` with the
+/// ConfigMap's `serve.yaml`; the state is read from the hub, nothing from a disk.
+fn start_pod(dir: &std::path::Path, n: usize, env: &[(&str, &str)]) -> Serve {
+    let pod = dir.join(format!("pod-{n}"));
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::copy(dir.join("serve.yaml"), pod.join("serve.yaml")).unwrap();
+    Serve::start_with(&pod, env)
+}
+
+/// SIGKILL: no shutdown of any kind.
+fn kill_9(serve: &Serve) {
+    let pid = serve.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Reaped when the Serve is dropped; wait until it is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z")
+    {
+        assert!(Instant::now() < deadline, "the controller outlived kill -9");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -352,20 +388,18 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         std::fs::write(
             dir.path().join("serve.yaml"),
             format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", execAllowlist: [\"{}\"], namespace: flotilla, spokeNamespace: argocd}}\n",
+                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", execAllowlist: [\"{}\"], namespace: flotilla, spokeNamespace: argocd, state: hub}}\n",
                 mount.display(),
                 plugin.display()
             ),
         )
         .unwrap();
         let port = env.cluster(0).server.rsplit(':').next().unwrap().to_owned();
-        let serve = Serve::start_with(
-            dir.path(),
-            &[
-                ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
-                ("KUBERNETES_SERVICE_PORT", &port),
-            ],
-        );
+        let pod_env = [
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", port.as_str()),
+        ];
+        let serve = start_pod(dir.path(), 0, &pod_env);
         // A fresh install: the controller started with no FleetRollout in the hub; those Argo CD
         // syncs now start without a restart.
         for object in hub_objects(&env, V1) {
@@ -469,22 +503,35 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         let mut objects = hub_objects(&env, V2);
         argocd_apply(&hub, &objects.remove(4)).await;
 
-        // The hub's API server is killed mid-rollout: every fleet waits (nothing promoted,
-        // rolled back or consumed while its intent cannot be seen), then resumes.
-        serve
+        let step = |v: &flotilla_runtime::controller::record::FleetView| {
+            v.waves[0].clusters[0].step.clone()
+        };
+        // kill -9 of the controller mid-step, and a start of a new Pod with nothing local: it
+        // reads the fleet's state from the hub and goes on from the same step.
+        let before = serve
             .wait_for("cluster-1 on 2.0", Duration::from_secs(60), |v| {
-                status_of(v, "cluster-1") == "Progressing"
+                status_of(v, "cluster-1") == "Progressing" && step(v).is_some()
             })
             .await;
+        kill_9(&serve);
+        let spoke_step = spokes[0].rollout().await.unwrap()["status"]["currentStepIndex"].clone();
+        let serve = start_pod(dir.path(), 1, &pod_env);
+        let after = serve.client().fleet("payments").await.unwrap();
+        assert_eq!(status_of(&after, "cluster-1"), "Progressing", "{after:#?}");
+        assert!(step(&after) >= step(&before), "{before:#?}\n{after:#?}");
+        assert!(
+            spoke_step.as_i64().unwrap() >= 1,
+            "the step was not reached before the kill: {spoke_step}"
+        );
+
+        // The hub's API server is killed mid-rollout: every fleet waits (nothing promoted,
+        // rolled back or consumed while its intent cannot be seen), then resumes.
         env.kill_apiserver(0).unwrap();
         let down = serve
             .wait_for("the fleet waits for the hub", Duration::from_secs(20), |v| {
                 v.errors.iter().any(|e| e.contains("hub's API server does not answer"))
             })
             .await;
-        let step = |v: &flotilla_runtime::controller::record::FleetView| {
-            v.waves[0].clusters[0].step.clone()
-        };
         let spoke_step = spokes[0].rollout().await.unwrap()["status"]["currentStepIndex"].clone();
         tokio::time::sleep(Duration::from_secs(6)).await;
         let still = serve.client().fleet("payments").await.unwrap();
@@ -500,6 +547,78 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             .wait_for("the fleet goes on", Duration::from_secs(30), |v| v.errors.is_empty())
             .await;
 
+        // kill -9 mid-bake (cluster-1 validated, the wave's bake running); while no controller
+        // runs, an operator pauses the fleet with a FleetCommand: accepted by the hub, applied by
+        // the next controller, once.
+        serve
+            .wait_for("wave 1 bakes", Duration::from_secs(90), |v| {
+                status_of(v, "cluster-1") == "Validated"
+            })
+            .await;
+        kill_9(&serve);
+        let serve_was = serve;
+        let commands: Api<DynamicObject> = Api::namespaced_with(
+            hub.clone(),
+            "flotilla",
+            &hub_resource("flotilla.dev", "FleetCommand"),
+        );
+        let pause: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "FleetCommand",
+            "metadata": {"name": "pause-for-the-night"},
+            "spec": {"fleetRollout": "payments", "command": {"command": "pause"}, "operator": "night-shift"}
+        }))
+        .unwrap();
+        commands.create(&PostParams::default(), &pause).await.unwrap();
+        let serve = start_pod(dir.path(), 2, &pod_env);
+        drop(serve_was);
+        let consumed = |name: &str| {
+            let commands = commands.clone();
+            let name = name.to_owned();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let object = serde_json::to_value(commands.get(&name).await.unwrap()).unwrap();
+                    if object["status"]["phase"] == "Consumed" {
+                        return;
+                    }
+                    assert!(Instant::now() < deadline, "{name} not consumed: {object:#}");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        };
+        consumed("pause-for-the-night").await;
+        let paused = serve
+            .wait_for("the fleet paused", Duration::from_secs(30), |v| v.paused)
+            .await;
+        assert_eq!(status_of(&paused, "cluster-2"), "NotStarted", "{paused:#?}");
+        // Resumed through the HTTP API: in a hub it is a FleetCommand too.
+        serve
+            .client()
+            .command(
+                "payments",
+                &flotilla_runtime::controller::record::OperatorCommand::Resume,
+            )
+            .await
+            .unwrap();
+        serve
+            .wait_for("the fleet resumed", Duration::from_secs(30), |v| !v.paused)
+            .await;
+        let listed = commands.list(&Default::default()).await.unwrap().items;
+        assert_eq!(listed.len(), 2, "{listed:#?}");
+        for object in &listed {
+            consumed(object.metadata.name.as_deref().unwrap()).await;
+        }
+
+        // kill -9 right after the failure decision: the next controller keeps it.
+        serve
+            .wait_for("cluster-2 rolled back", Duration::from_secs(180), |v| {
+                status_of(v, "cluster-2") == "RolledBack"
+            })
+            .await;
+        kill_9(&serve);
+        let serve_was = serve;
+        let serve = start_pod(dir.path(), 3, &pod_env);
+        drop(serve_was);
         let view = serve
             .wait_for("cluster-2 rolled back", Duration::from_secs(180), |v| {
                 status_of(v, "cluster-2") == "RolledBack"
@@ -531,6 +650,13 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         assert_eq!(spokes[1].selector("payments-stable").await.as_deref(), Some(h1.as_str()));
+        // Nothing was made twice across the restarts: one analysis run per analysed step (the
+        // rolled-back cluster's may already be cleaned up with its canary), none where held.
+        for (spoke, most) in [(&spokes[0], 1), (&spokes[1], 1), (&spokes[2], 0)] {
+            let made = spoke.step_runs(&h2).await;
+            assert!(made.len() <= most, "{}: {made:#?}", spoke.name);
+        }
+        assert_eq!(spokes[0].step_runs(&h2).await.len(), 1);
 
         // The hub tells it: the FleetRollout's status (bounded summary), the hub Rollout's
         // aggregate status in Argo's shape.
@@ -634,6 +760,83 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
                 "{said:?} not in {history:#?}"
             );
         }
+
+        // Each command was applied once (pause and resume: two), with who sent it.
+        let applied: Vec<_> = history
+            .iter()
+            .filter(|e| e.kind == flotilla_runtime::controller::record::AuditKind::Command)
+            .collect();
+        assert_eq!(applied.len(), 2, "{applied:#?}");
+        assert_eq!(
+            applied[0].operator.as_deref(),
+            Some("night-shift"),
+            "{applied:#?}"
+        );
+        // Nothing of the state was kept by the Pods: the hub holds it, one record per fleet and
+        // per cluster.
+        for n in 0..4 {
+            assert!(!dir.path().join(format!("pod-{n}/state.redb")).exists());
+        }
+        let records: Api<DynamicObject> = Api::namespaced_with(
+            hub.clone(),
+            "flotilla",
+            &hub_resource("flotilla.dev", "FleetRolloutRecord"),
+        );
+        let mut names: Vec<String> = records
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|r| r.metadata.name)
+            .filter(|n| n.starts_with("payments"))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["payments", "payments.cluster-1", "payments.cluster-2", "payments.cluster-3"]
+        );
+
+        // The CLI against the hub itself (no HTTP API): a verb is a FleetCommand the
+        // controller consumes; the progress and the history are read from the hub.
+        let cli = |args: &[&str]| {
+            let out = flotilla()
+                .args(args)
+                .args(["--kubeconfig", env.cluster(0).kubeconfig.to_str().unwrap()])
+                .env_remove("FLOTILLA_SERVER")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "flotilla {args:?}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            text
+        };
+        let listed: Vec<Value> =
+            serde_json::from_str(&cli(&["list", "-o", "json"])).unwrap();
+        let payments = listed.iter().find(|f| f["name"] == "payments").unwrap();
+        assert!(matches!(payments["phase"].as_str(), Some("Halted" | "Aborted")), "{listed:#?}");
+        assert_eq!(payments["wave"], 2, "{listed:#?}");
+        let shown = cli(&["get", "fleet", "payments"]);
+        assert!(shown.contains("cluster-2") && shown.contains("RolledBack"), "{shown}");
+        let paused = cli(&["pause", "payments"]);
+        assert!(paused.contains("created") && paused.contains("Consumed"), "{paused}");
+        let told: Vec<Value> =
+            serde_json::from_str(&cli(&["history", "payments", "-o", "json"])).unwrap();
+        assert_eq!(
+            told.iter().filter(|e| e["kind"] == "command").count(),
+            3,
+            "{told:#?}"
+        );
+        let refused = flotilla()
+            .args(["get", "rollout", "payments", "--cluster", "cluster-1", "--kubeconfig"])
+            .arg(&env.cluster(0).kubeconfig)
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("in its spoke"));
 
         // A status write is not a change of the desired state: nothing was synced again.
         let history = serve.client().history("payments").await.unwrap();

@@ -27,6 +27,17 @@ pub struct Server {
     /// The server's token file (mutating verbs); or set FLOTILLA_TOKEN.
     #[arg(long, env = "FLOTILLA_TOKEN_FILE", global = true)]
     token_file: Option<PathBuf>,
+    /// Talk to a hub's API server instead of the daemon's API (a controller with
+    /// `hub.state: hub`): commands become FleetCommand objects, the history and progress are
+    /// read from the hub.
+    #[arg(long, env = "FLOTILLA_HUB_KUBECONFIG", global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: its context (default: its current one).
+    #[arg(long, global = true, requires = "kubeconfig")]
+    context: Option<String>,
+    /// With --kubeconfig: the namespace of the FleetRollouts in the hub.
+    #[arg(long, global = true, default_value = "flotilla")]
+    hub_namespace: String,
 }
 
 impl Server {
@@ -174,13 +185,116 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `list`'s output.
+fn print_list(
+    list: &[flotilla_runtime::controller::record::FleetSummary],
+    output: Output,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(&list)?,
+        Output::Text => {
+            println!(
+                "{:<24} {:<12} {:<8} {:<32} MESSAGE",
+                "NAME", "STATUS", "WAVE", "IMAGE"
+            );
+            for f in list {
+                println!(
+                    "{:<24} {:<12} {:<8} {:<32} {}",
+                    f.name,
+                    f.phase,
+                    format!("{}/{}", f.wave, f.waves),
+                    f.image,
+                    f.message
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `history`'s output.
+fn print_history(
+    entries: &[flotilla_runtime::controller::record::AuditEntry],
+    output: Output,
+) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(&entries)?,
+        Output::Text => {
+            for e in entries {
+                let operator = e
+                    .operator
+                    .as_ref()
+                    .map(|o| format!(" (by {o})"))
+                    .unwrap_or_default();
+                println!(
+                    "{:>5}  {}  {:<9} {}{operator}",
+                    e.seq, e.time, e.kind, e.message
+                );
+                for x in &e.evidence {
+                    println!(
+                        "         {} {} = {} {}{}",
+                        x.cluster,
+                        x.metric,
+                        x.value,
+                        x.phase,
+                        if x.message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", x.message)
+                        }
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `status`: prints each new line `read` gives until the phase is final; exit 0 completed, 1
+/// halted or aborted, 4 completed with skips, 3 on timeout.
+async fn follow_status<F, Fut>(name: &str, timeout: u64, mut read: F) -> anyhow::Result<ExitCode>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(String, String)>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let mut last = String::new();
+    loop {
+        let (line, phase) = read().await?;
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        match phase.as_str() {
+            "Completed" => return Ok(ExitCode::SUCCESS),
+            "Halted" | "Aborted" => return Ok(ExitCode::from(1)),
+            // A skip is final, and no success.
+            "CompletedWithSkips" => return Ok(ExitCode::from(4)),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            eprintln!("Error: fleet rollout {name:?} did not finish within {timeout}s");
+            return Ok(ExitCode::from(3));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Runs a verb.
 pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
-    let client = server.client()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    if let Some(kubeconfig) = &server.kubeconfig {
+        return runtime.block_on(hub::run(
+            verb,
+            &kubeconfig.display().to_string(),
+            server.context.as_deref(),
+            &server.hub_namespace,
+        ));
+    }
+    let client = server.client()?;
     runtime.block_on(async move {
         let (name, command) = match verb {
             Verb::Get(GetCommand::Fleet {
@@ -234,66 +348,15 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             Verb::List { output } => {
-                let list = client.list().await?;
-                match output {
-                    Output::Json => print_json(&list)?,
-                    Output::Text => {
-                        println!(
-                            "{:<24} {:<12} {:<8} {:<32} MESSAGE",
-                            "NAME", "STATUS", "WAVE", "IMAGE"
-                        );
-                        for f in list {
-                            println!(
-                                "{:<24} {:<12} {:<8} {:<32} {}",
-                                f.name,
-                                f.phase,
-                                format!("{}/{}", f.wave, f.waves),
-                                f.image,
-                                f.message
-                            );
-                        }
-                    }
-                }
+                print_list(&client.list().await?, output)?;
                 return Ok(ExitCode::SUCCESS);
             }
             Verb::History { name, output } => {
-                let entries = client.history(&name).await?;
-                match output {
-                    Output::Json => print_json(&entries)?,
-                    Output::Text => {
-                        for e in entries {
-                            let operator = e
-                                .operator
-                                .as_ref()
-                                .map(|o| format!(" (by {o})"))
-                                .unwrap_or_default();
-                            println!(
-                                "{:>5}  {}  {:<9} {}{operator}",
-                                e.seq, e.time, e.kind, e.message
-                            );
-                            for x in &e.evidence {
-                                println!(
-                                    "         {} {} = {} {}{}",
-                                    x.cluster,
-                                    x.metric,
-                                    x.value,
-                                    x.phase,
-                                    if x.message.is_empty() {
-                                        String::new()
-                                    } else {
-                                        format!(": {}", x.message)
-                                    }
-                                );
-                            }
-                        }
-                    }
-                }
+                print_history(&client.history(&name).await?, output)?;
                 return Ok(ExitCode::SUCCESS);
             }
             Verb::Status { name, timeout } => {
-                let deadline = Instant::now() + Duration::from_secs(timeout);
-                let mut last = String::new();
-                loop {
+                return follow_status(&name, timeout, || async {
                     let fleet = client.fleet(&name).await?;
                     let line = format!(
                         "{} - wave {}/{}: {}",
@@ -302,23 +365,9 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
                         fleet.waves.len(),
                         fleet.message
                     );
-                    if line != last {
-                        println!("{line}");
-                        last = line;
-                    }
-                    match fleet.phase.as_str() {
-                        "Completed" => return Ok(ExitCode::SUCCESS),
-                        "Halted" | "Aborted" => return Ok(ExitCode::from(1)),
-                        // A skip is final, and no success.
-                        "CompletedWithSkips" => return Ok(ExitCode::from(4)),
-                        _ => {}
-                    }
-                    if Instant::now() >= deadline {
-                        eprintln!("Error: fleet rollout {name:?} did not finish within {timeout}s");
-                        return Ok(ExitCode::from(3));
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+                    Ok((line, fleet.phase))
+                })
+                .await;
             }
             Verb::Sync => {
                 println!("{}", client.sync().await?);
@@ -342,6 +391,173 @@ pub fn run(verb: Verb, server: Server) -> anyhow::Result<ExitCode> {
         println!("{message}");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The command a mutating verb sends, with its FleetRollout (None: not a command).
+fn command_of(verb: &Verb) -> Option<(String, OperatorCommand)> {
+    Some(match verb {
+        Verb::Promote { name, wave, full } => (
+            name.clone(),
+            OperatorCommand::Promote {
+                wave: *wave,
+                full: *full,
+            },
+        ),
+        Verb::Abort { name, cluster } => (
+            name.clone(),
+            OperatorCommand::Abort {
+                cluster: cluster.clone(),
+            },
+        ),
+        Verb::Retry { name } => (name.clone(), OperatorCommand::Retry),
+        Verb::Pause { name } => (name.clone(), OperatorCommand::Pause),
+        Verb::Resume { name } => (name.clone(), OperatorCommand::Resume),
+        Verb::Undo { name, to_revision } => (
+            name.clone(),
+            OperatorCommand::Undo {
+                to_revision: *to_revision,
+            },
+        ),
+        Verb::Set(SetCommand::Image { name, image }) => {
+            let (container, image) = match image.split_once('=') {
+                Some((c, i)) => (Some(c.to_owned()), i.to_owned()),
+                None => (None, image.clone()),
+            };
+            (name.clone(), OperatorCommand::SetImage { container, image })
+        }
+        _ => return None,
+    })
+}
+
+/// A FleetRollout's status summary (as the controller writes it in a hub), for humans.
+fn render_status(name: &str, status: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    let mut out = format!(
+        "Fleet rollout: {name}\nPhase:         {} {}\nImage:         {} (previous {})\nWave:          {}\n",
+        text(&status["phase"]),
+        text(&status["message"]),
+        text(&status["image"]),
+        text(&status["previousImage"]),
+        text(&status["wave"]),
+    );
+    let counts: Vec<String> = status["clusters"]["counts"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(phase, n)| format!("{phase} {n}"))
+        .collect();
+    out.push_str(&format!(
+        "Clusters:      {} ({})\n",
+        status["clusters"]["total"],
+        counts.join(", ")
+    ));
+    for cluster in status["clusters"]["named"].as_array().into_iter().flatten() {
+        let failure = &cluster["failure"];
+        out.push_str(&format!(
+            "  {:<24} {:<12} wave {} {}{}\n",
+            text(&cluster["name"]),
+            text(&cluster["status"]),
+            cluster["wave"],
+            text(&cluster["reason"]),
+            if failure.is_null() {
+                String::new()
+            } else {
+                format!(
+                    " ({} = {})",
+                    text(&failure["metric"]),
+                    text(&failure["value"])
+                )
+            }
+        ));
+    }
+    for error in status["errors"].as_array().into_iter().flatten() {
+        out.push_str(&format!("Error:         {}\n", text(error)));
+    }
+    out
+}
+
+/// The verbs against a hub's API server (`--kubeconfig`).
+mod hub {
+    use super::*;
+    use flotilla_runtime::controller::hub_client::{HubClient, Outcome};
+
+    pub async fn run(
+        verb: Verb,
+        kubeconfig: &str,
+        context: Option<&str>,
+        namespace: &str,
+    ) -> anyhow::Result<ExitCode> {
+        match &verb {
+            Verb::Get(GetCommand::Fleet { watch: true, .. }) => anyhow::bail!(
+                "get fleet --watch is not available with --kubeconfig: use `flotilla status NAME --kubeconfig …` or `kubectl get fleetrollout NAME -w`"
+            ),
+            Verb::Get(GetCommand::Rollout { .. }) => anyhow::bail!(
+                "get rollout is not available with --kubeconfig: a cluster's rollout is in its spoke (`kubectl argo rollouts get rollout NAME` there)"
+            ),
+            Verb::Sync => anyhow::bail!(
+                "sync is not available with --kubeconfig: the controller watches the hub, there is nothing to read sooner"
+            ),
+            _ => {}
+        }
+        let client = HubClient::connect(kubeconfig, context, namespace).await?;
+        if let Some((name, command)) = command_of(&verb) {
+            let operator = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+            let created = client.command(&name, &command, &operator).await?;
+            println!("fleetcommand/{created} created in namespace {namespace}");
+            return Ok(
+                match client.wait(&created, Duration::from_secs(15)).await? {
+                    Outcome::Done { phase, message } if phase == "Consumed" => {
+                        println!("{phase}: {message}");
+                        ExitCode::SUCCESS
+                    }
+                    Outcome::Done { phase, message } => {
+                        eprintln!("{phase}: {message}");
+                        ExitCode::from(1)
+                    }
+                    Outcome::Pending => {
+                        println!(
+                            "not consumed yet: it is applied, once, when the controller runs (kubectl get fleetcommand {created} -n {namespace})"
+                        );
+                        ExitCode::SUCCESS
+                    }
+                },
+            );
+        }
+        match verb {
+            Verb::List { output } => print_list(&client.list().await?, output)?,
+            Verb::Get(GetCommand::Fleet { name, output, .. }) => {
+                let status = client.status(&name).await?;
+                match output {
+                    Output::Json => print_json(&status)?,
+                    Output::Text => print!("{}", render_status(&name, &status)),
+                }
+            }
+            Verb::History { name, output } => print_history(&client.history(&name).await?, output)?,
+            Verb::Status { name, timeout } => {
+                return follow_status(&name, timeout, || async {
+                    let status = client.status(&name).await?;
+                    let text = |f: &str| {
+                        status
+                            .get(f)
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("")
+                            .to_owned()
+                    };
+                    let line = format!(
+                        "{} - wave {}: {}",
+                        text("phase"),
+                        text("wave"),
+                        text("message")
+                    );
+                    Ok((line, text("phase")))
+                })
+                .await;
+            }
+            // The commands were sent above; the rest were refused before connecting.
+            _ => {}
+        }
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 async fn watch_fleet(client: &ApiClient, name: &str, output: Output) -> anyhow::Result<ExitCode> {

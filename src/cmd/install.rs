@@ -20,9 +20,6 @@ pub struct InstallArgs {
     /// The container image with the `flotilla` binary on its PATH (the hub's Deployment).
     #[arg(long, required_unless_present = "spoke", conflicts_with = "spoke")]
     image: Option<String>,
-    /// The size of the store's volume.
-    #[arg(long, default_value = "1Gi", conflicts_with = "spoke")]
-    storage: String,
     /// A credential plugin spoke Secrets may run (`hub.execAllowlist`), as they name it.
     #[arg(long = "allow-exec", value_name = "COMMAND", conflicts_with = "spoke")]
     allow_exec: Vec<String>,
@@ -44,7 +41,6 @@ pub fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
             namespace: args.namespace,
             spoke_namespace: args.spoke_namespace,
             image: args.image.unwrap_or_default(),
-            storage: args.storage,
             exec_allowlist: args.allow_exec,
         })
     };

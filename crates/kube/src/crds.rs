@@ -1,5 +1,5 @@
-//! The CustomResourceDefinitions of Flotilla's own kinds, `Fleet` and `FleetRollout` in
-//! `flotilla.dev/v1alpha1` (`flotilla crds`), their schemas generated from the core's spec types
+//! The CustomResourceDefinitions of Flotilla's own kinds, `Fleet`, `FleetRollout`,
+//! `FleetCommand` and `FleetRolloutRecord` in `flotilla.dev/v1alpha1` (`flotilla crds`), their schemas generated from the core's spec types
 //! with schemars and made structural as the API server requires (kube's rewriter, the one
 //! `#[derive(CustomResource)]` uses). Argo's kinds are never generated here: their CRDs come from
 //! Argo's release, and a narrower schema applied over them would prune fields of every stored
@@ -109,7 +109,8 @@ fn crd(kind: &str, plural: &str, short: &str, spec: Value, columns: Value, statu
     crd
 }
 
-/// The CRDs of `Fleet` and `FleetRollout`.
+/// The CRDs of `Fleet` and `FleetRollout`, and of what Flotilla keeps in a hub: `FleetCommand`
+/// (an operator's command) and `FleetRolloutRecord` (the controller's state).
 pub fn crds() -> Vec<Value> {
     vec![
         crd(
@@ -135,6 +136,48 @@ pub fn crds() -> Vec<Value> {
                 {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             ]),
             true,
+        ),
+        crd(
+            "FleetCommand",
+            "fleetcommands",
+            "flcmd",
+            json!({
+                "type": "object",
+                "description": "An operator's command to a FleetRollout, consumed exactly once by Flotilla (its uid is recorded with the tick that applies it); its status says when.",
+                "required": ["fleetRollout", "command"],
+                "properties": {
+                    "fleetRollout": {"type": "string", "description": "The FleetRollout, in this namespace."},
+                    "command": {
+                        "type": "object",
+                        "description": "The command as the HTTP API takes it: {command: promote|abort|retry|pause|resume|undo|setImage, ...}.",
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    },
+                    "operator": {"type": "string", "description": "Who sent it."},
+                },
+            }),
+            json!([
+                {"name": "FleetRollout", "type": "string", "jsonPath": ".spec.fleetRollout"},
+                {"name": "Command", "type": "string", "jsonPath": ".spec.command.command"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            ]),
+            true,
+        ),
+        crd(
+            "FleetRolloutRecord",
+            "fleetrolloutrecords",
+            "flrec",
+            json!({
+                "type": "object",
+                "description": "Flotilla's own state of a FleetRollout (one object for the fleet, one per cluster): written by the controller only, never by Git or a person.",
+                "x-kubernetes-preserve-unknown-fields": true,
+            }),
+            json!([
+                {"name": "Part", "type": "string", "jsonPath": ".metadata.labels.flotilla\\.dev/record"},
+                {"name": "Generation", "type": "integer", "jsonPath": ".spec.generation"},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            ]),
+            false,
         ),
     ]
 }
@@ -230,14 +273,16 @@ mod tests {
     }
 
     #[test]
-    fn the_yaml_holds_both_crds() {
+    fn the_yaml_holds_every_crd() {
         let text = yaml();
         assert_eq!(
             text.matches("kind: CustomResourceDefinition").count(),
-            2,
+            4,
             "{text}"
         );
         assert!(text.contains("name: fleets.flotilla.dev"));
         assert!(text.contains("name: fleetrollouts.flotilla.dev"));
+        assert!(text.contains("name: fleetcommands.flotilla.dev"));
+        assert!(text.contains("name: fleetrolloutrecords.flotilla.dev"));
     }
 }

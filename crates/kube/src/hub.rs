@@ -339,39 +339,44 @@ fn probe(
     })
 }
 
+/// A client of the hub as `config` reaches it: its kubeconfig (and context), or the in-cluster
+/// configuration of a Pod; bounded connect, read and write timeouts.
+pub async fn client(config: &HubConfig) -> Result<kube::Client, HubError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut client_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| HubError::Config(format!("kubeconfig {path}: {e}")))?;
+            let options = kube::config::KubeConfigOptions {
+                context: config.context.clone(),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| HubError::Config(format!("kubeconfig {path}: {e}")))?
+        }
+        None => {
+            let kubeconfig = in_cluster(
+                std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+                std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
+                std::path::Path::new(&config.service_account_dir),
+            )?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| HubError::Config(format!("in-cluster configuration: {e}")))?
+        }
+    };
+    client_config.connect_timeout = Some(Duration::from_secs(5));
+    client_config.read_timeout = Some(Duration::from_secs(15));
+    client_config.write_timeout = Some(Duration::from_secs(15));
+    kube::Client::try_from(client_config).map_err(|e| HubError::Config(e.to_string()))
+}
+
 impl Hub {
     /// Connects to the hub, checks it serves Flotilla's and Argo's kinds, starts the watches
     /// and waits until each has listed.
     pub async fn connect(config: &HubConfig) -> Result<Hub, HubError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut client_config = match &config.kubeconfig {
-            Some(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                    .map_err(|e| HubError::Config(format!("kubeconfig {path}: {e}")))?;
-                let options = kube::config::KubeConfigOptions {
-                    context: config.context.clone(),
-                    ..Default::default()
-                };
-                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(|e| HubError::Config(format!("kubeconfig {path}: {e}")))?
-            }
-            None => {
-                let kubeconfig = in_cluster(
-                    std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
-                    std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
-                    std::path::Path::new(&config.service_account_dir),
-                )?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                    .await
-                    .map_err(|e| HubError::Config(format!("in-cluster configuration: {e}")))?
-            }
-        };
-        client_config.connect_timeout = Some(Duration::from_secs(5));
-        client_config.read_timeout = Some(Duration::from_secs(15));
-        client_config.write_timeout = Some(Duration::from_secs(15));
-        let client =
-            kube::Client::try_from(client_config).map_err(|e| HubError::Config(e.to_string()))?;
+        let client = client(config).await?;
         check_kinds(&client).await?;
         let namespace = config.namespace.clone();
         let mut documents = Vec::new();
@@ -461,6 +466,11 @@ impl Hub {
     /// not, what the watches hold may be stale and nothing Flotilla writes there lands.
     pub fn unavailable(&self) -> Option<String> {
         self.unavailable.lock().expect("hub probe lock").clone()
+    }
+
+    /// The controller's state objects and operators' commands in the desired state's namespace.
+    pub fn state(&self) -> crate::state::HubState {
+        crate::state::HubState::new(self.client.clone(), &self.namespace)
     }
 
     /// The namespace of the desired state.

@@ -1,7 +1,7 @@
 //! The manifests that install Flotilla (`flotilla install`), printed for `kubectl apply -f -`,
 //! never applied here. In the hub: the namespace, Flotilla's CRDs, the ServiceAccount and the
 //! least-privilege RBAC of docs/kubernetes-hub-rbac.yaml, the daemon's configuration (a hub
-//! source, its API beyond loopback with reads behind the token), a volume for its store, its
+//! source keeping its state in the hub, its API beyond loopback with reads behind the token), its
 //! Deployment and Service. In a spoke (`--spoke`): the ServiceAccount, Role and RoleBinding of
 //! docs/kubernetes-rbac.yaml for the Rollouts' namespace there.
 
@@ -12,7 +12,7 @@ const HUB_RBAC: &str = include_str!("../../../docs/kubernetes-hub-rbac.yaml");
 /// A spoke's RBAC as documented (the fleet's end-to-end tests run the backend with it).
 const SPOKE_RBAC: &str = include_str!("../../../docs/kubernetes-rbac.yaml");
 
-/// Where the daemon's store lives in its Pod (a PersistentVolumeClaim).
+/// The daemon's scratch directory in its Pod (the API's token; the state is in the hub).
 pub const STATE_DIR: &str = "/var/lib/flotilla";
 /// Where its configuration is mounted.
 pub const CONFIG_DIR: &str = "/etc/flotilla";
@@ -29,8 +29,6 @@ pub struct HubInstall {
     pub spoke_namespace: String,
     /// The container image with the `flotilla` binary on its `PATH`.
     pub image: String,
-    /// The size of the store's volume (`1Gi`).
-    pub storage: String,
     /// The exec credential plugins spoke Secrets may run (`hub.execAllowlist`).
     pub exec_allowlist: Vec<String>,
 }
@@ -114,9 +112,10 @@ pub fn serve_config(options: &HubInstall) -> String {
         "namespace": options.namespace,
         "spokeNamespace": options.spoke_namespace,
         "execAllowlist": options.exec_allowlist,
+        "state": "hub",
     });
     format!(
-        "# flotilla serve in the hub: the in-cluster configuration of its Pod.\nlisten: \"0.0.0.0:{PORT}\"\n# Beyond loopback: reads need the token too ({STATE_DIR}/state.redb.token).\nreadsNeedToken: true\nstore: {STATE_DIR}/state.redb\nhub: {hub}\n"
+        "# flotilla serve in the hub: the in-cluster configuration of its Pod.\nlisten: \"0.0.0.0:{PORT}\"\n# Beyond loopback: reads need the token too ({STATE_DIR}/state.redb.token, made at each start).\nreadsNeedToken: true\n# The state is in the hub (hub.state); only the API's token is written here.\nstore: {STATE_DIR}/state.redb\nhub: {hub}\n"
     )
 }
 
@@ -129,13 +128,6 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
             "--image",
             &options.image,
             "not a container image reference",
-        ));
-    }
-    if options.storage.is_empty() || !options.storage.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(invalid(
-            "--storage",
-            &options.storage,
-            "not a quantity (e.g. 1Gi)",
         ));
     }
     if let Some(bad) = options.exec_allowlist.iter().find(|c| !c.starts_with('/')) {
@@ -183,16 +175,9 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
             "data": {"serve.yaml": serve_config(options)}
         }),
     );
-    // The store is a file until the state lives in the hub's API server: one volume, one
-    // writer (replicas 1, Recreate).
-    document(
-        &mut out,
-        &json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "flotilla-state", "namespace": ns, "labels": labels},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": options.storage}}}
-        }),
-    );
+    // The state lives in the hub's API server (`hub.state: hub`): the Pod keeps nothing that
+    // must outlive it (its scratch volume holds the API's token, made at each start). One
+    // writer: replicas 1, Recreate.
     let probe = json!({"httpGet": {"path": "/healthz", "port": "api"}});
     // The first lists of the hub's kinds may take up to 30 s each: alive is asked only after.
     let startup = json!({"httpGet": {"path": "/healthz", "port": "api"}, "periodSeconds": 5, "failureThreshold": 60});
@@ -234,7 +219,7 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
                         }],
                         "volumes": [
                             {"name": "config", "configMap": {"name": "flotilla"}},
-                            {"name": "state", "persistentVolumeClaim": {"claimName": "flotilla-state"}},
+                            {"name": "state", "emptyDir": {}},
                             {"name": "tmp", "emptyDir": {}}
                         ]
                     }
@@ -300,7 +285,6 @@ mod tests {
             namespace: "delivery".into(),
             spoke_namespace: "argocd".into(),
             image: "registry.example/flotilla:0.1.0".into(),
-            storage: "1Gi".into(),
             exec_allowlist: vec!["/usr/local/bin/argocd-k8s-auth".into()],
         }
     }
@@ -323,6 +307,8 @@ mod tests {
                 "Namespace",
                 "CustomResourceDefinition",
                 "CustomResourceDefinition",
+                "CustomResourceDefinition",
+                "CustomResourceDefinition",
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
@@ -331,7 +317,6 @@ mod tests {
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "ConfigMap",
-                "PersistentVolumeClaim",
                 "Deployment",
                 "Service"
             ]
@@ -355,7 +340,7 @@ mod tests {
                 assert_eq!(subject["namespace"], "delivery");
             }
         }
-        let deployment = &docs[12];
+        let deployment = &docs[13];
         assert_eq!(deployment["spec"]["replicas"], 1);
         assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
         let pod = &deployment["spec"]["template"]["spec"];
@@ -364,7 +349,8 @@ mod tests {
             pod["containers"][0]["image"],
             "registry.example/flotilla:0.1.0"
         );
-        let serve = docs[10]["data"]["serve.yaml"].as_str().unwrap();
+        let serve = docs[12]["data"]["serve.yaml"].as_str().unwrap();
+        assert!(serve.contains("\"state\":\"hub\""), "{serve}");
         assert!(serve.contains("readsNeedToken: true"), "{serve}");
         assert!(serve.contains("/usr/local/bin/argocd-k8s-auth"), "{serve}");
         // A namespace of Flotilla's own for the spoke Secrets is made too.
@@ -400,13 +386,6 @@ mod tests {
                     ..options()
                 },
                 "--image",
-            ),
-            (
-                HubInstall {
-                    storage: "lots".into(),
-                    ..options()
-                },
-                "--storage",
             ),
             (
                 HubInstall {

@@ -4,7 +4,8 @@
 //! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds;
 //! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets; [`hub`]
 //! watches a hub's API server for the desired state and the spokes, and writes the fleets'
-//! summaries there; [`install`] prints the manifests that install Flotilla in a hub and its
+//! summaries there; [`state`] keeps the controller's state and operators' commands as objects
+//! in the hub; [`install`] prints the manifests that install Flotilla in a hub and its
 //! spokes.
 
 pub mod backend;
@@ -12,6 +13,7 @@ pub mod crds;
 pub mod hub;
 pub mod install;
 pub mod spokes;
+pub mod state;
 
 pub use backend::KubeBackend;
 pub use backend::clients::KubeClients;

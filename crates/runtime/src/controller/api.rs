@@ -233,6 +233,7 @@ async fn command(
         command,
         operator,
         accepted_at: crate::clock::wall_clock(),
+        uid: None,
     };
     let store = shared.store.clone();
     let queued = tokio::task::spawn_blocking(move || store.enqueue(queued))
@@ -254,41 +255,18 @@ async fn command(
 /// without fields (serde's `deny_unknown_fields` does not reach an internally tagged enum's unit
 /// variants), so that no body is ever run as a plainer command than it says.
 fn strict_command(body: &[u8]) -> Result<OperatorCommand, ApiError> {
-    let invalid = |e: String| {
+    let given: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
             format!("the command is not valid: {e}"),
         )
-    };
-    let command: OperatorCommand =
-        serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
-    let given: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
-    // Every field of the command, serialized (none is skipped), plus undo's older spelling.
-    let known = serde_json::to_value(&command).map_err(|e| invalid(e.to_string()))?;
-    if let (Some(given), Some(known)) = (given.as_object(), known.as_object()) {
-        for field in given.keys() {
-            let older = field == "to_revision" && known.contains_key("toRevision");
-            if !known.contains_key(field) && !older {
-                let mut expected: Vec<&str> = known
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|k| *k != "command")
-                    .collect();
-                expected.sort_unstable();
-                return Err(invalid(format!(
-                    "unknown field `{field}` for {:?}; {}",
-                    command.verb(),
-                    if expected.is_empty() {
-                        "it takes no field".to_owned()
-                    } else {
-                        format!("its fields are {}", expected.join(", "))
-                    }
-                )));
-            }
-        }
-    }
-    Ok(command)
+    })?;
+    OperatorCommand::strict(&given).map_err(|e| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("the command is not valid: {e}"),
+        )
+    })
 }
 
 async fn sync(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Result<Response, ApiError> {

@@ -13,7 +13,8 @@
 //! # git: {url: "git://127.0.0.1/fleet.git", branch: main, path: fleets/payments, interval: 30s}
 //! # … or from a hub cluster's API server (custom resources and spoke Secrets, watched):
 //! # hub: {namespace: flotilla, spokeNamespace: argocd}   # a Pod's in-cluster configuration,
-//! #   or kubeconfig/context; serviceAccountDir where the Pod's token and CA are mounted
+//! #   or kubeconfig/context; serviceAccountDir where the Pod's token and CA are mounted;
+//! #   state: hub keeps the controller's state there too (default: in `store`)
 //! tick: 1s                     # how often the engines run (default 1s)
 //! notifications:
 //!   - {name: ops, url: "http://127.0.0.1:9000/hook", format: slack}
@@ -162,6 +163,22 @@ pub struct HubSourceConfig {
     /// The namespace of the spoke Secrets (default `argocd`, Argo CD's).
     #[serde(default = "default_spoke_namespace")]
     pub spoke_namespace: String,
+    /// Where the controller keeps its state: `store` (the redb file `store`; the default, as
+    /// before this setting) or `hub` (`FleetRolloutRecord` and `FleetCommand` objects in
+    /// `namespace`: a restart needs no local state).
+    #[serde(default)]
+    pub state: StateIn,
+}
+
+/// Where a hub's controller keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateIn {
+    /// The redb file `store`.
+    #[default]
+    Store,
+    /// Objects in the hub's API server.
+    Hub,
 }
 
 fn default_hub_namespace() -> String {
@@ -309,6 +326,8 @@ pub struct Resolved {
     pub reads_need_token: bool,
     /// `--init-store`: create the store over an empty file (set by the command line).
     pub init_store: bool,
+    /// The state is kept in the hub (`hub.state: hub`), not in `store`.
+    pub state_in_hub: bool,
     /// The secrets directory, if any.
     pub secrets_dir: Option<PathBuf>,
     /// Where the dashboard is served (None: not served): a path starting with `/`, no
@@ -509,6 +528,7 @@ impl DaemonConfig {
             notifications: config.notifications,
             reads_need_token: config.reads_need_token,
             init_store: false,
+            state_in_hub: config.hub.as_ref().is_some_and(|h| h.state == StateIn::Hub),
             secrets_dir: config.secrets_dir.as_deref().map(resolve),
             dashboard: config.dashboard.enabled.then_some(dashboard),
         })
@@ -665,14 +685,13 @@ mod tests {
     }
 
     /// What `flotilla install` puts in the hub's ConfigMap is a configuration this daemon
-    /// accepts: the in-cluster hub source, the store on its volume, the API beyond loopback.
+    /// accepts: the in-cluster hub source keeping the state there, the API beyond loopback.
     #[test]
     fn the_installed_configuration_is_accepted() {
         let options = flotilla_kube::install::HubInstall {
             namespace: "delivery".into(),
             spoke_namespace: "spokes".into(),
             image: "flotilla:1".into(),
-            storage: "1Gi".into(),
             exec_allowlist: vec!["/usr/local/bin/argocd-k8s-auth".into()],
         };
         let text = flotilla_kube::install::serve_config(&options);
@@ -681,6 +700,7 @@ mod tests {
         assert_eq!(resolved.listen.port(), flotilla_kube::install::PORT);
         assert!(resolved.reads_need_token);
         assert_eq!(resolved.store, Path::new("/var/lib/flotilla/state.redb"));
+        assert!(resolved.state_in_hub);
         assert_eq!(
             resolved.source,
             SourceConfig::Hub(flotilla_kube::hub::HubConfig {

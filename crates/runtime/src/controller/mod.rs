@@ -24,7 +24,9 @@ pub mod dashboard;
 #[cfg(test)]
 pub mod fake_backend;
 pub mod fleet;
+pub mod hub_client;
 pub mod hub_status;
+pub mod hub_store;
 pub mod notify;
 pub mod plots;
 pub mod record;
@@ -143,10 +145,21 @@ pub async fn serve(
     } else {
         store::OpenMode::Existing
     };
-    let (store, created) = Store::open(&config.store, mode)?;
-    if created {
-        tracing::info!(store = %config.store.display(), "created a new store (first start)");
-    }
+    let store = match source.hub().filter(|_| config.state_in_hub) {
+        // The state in the hub's API server: nothing local is read or written.
+        Some(hub) => {
+            let store = hub_store::HubStore::open(hub.state()).await?;
+            tracing::info!(namespace = %hub.namespace(), "the state is kept in the hub");
+            Store::Hub(Box::new(store))
+        }
+        None => {
+            let (store, created) = Store::open(&config.store, mode)?;
+            if created {
+                tracing::info!(store = %config.store.display(), "created a new store (first start)");
+            }
+            store
+        }
+    };
     let store = Arc::new(store);
     let mut stored: BTreeMap<String, record::FleetRecord> = store
         .fleets()?
@@ -251,6 +264,39 @@ pub async fn serve(
         })?)),
     });
     *shared.unrunnable.write().expect("unrunnable lock") = unrunnable;
+    // A write of the state that waits for the hub's API server holds the loop: each fleet's
+    // view says why meanwhile, and its history when the wait began and ended.
+    if let Store::Hub(hub_store) = &*store {
+        let shared = Arc::downgrade(&shared);
+        hub_store.observe_waits(Arc::new(move |why: Option<&str>| {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let now = crate::clock::wall_clock();
+            let message = match why {
+                Some(why) => format!(
+                    "the hub's API server does not answer ({why}): the fleet waits, nothing is promoted, rolled back or consumed until its state is written"
+                ),
+                None => "the hub's API server answers again: the fleet goes on".to_owned(),
+            };
+            let mut views = shared.views.write().expect("views lock");
+            let mut audit = shared.pending_audit.lock().expect("audit lock");
+            for (name, (summary, view, _)) in views.iter_mut() {
+                if why.is_some() {
+                    view.errors.push(message.clone());
+                    summary.errors.push(message.clone());
+                }
+                audit.push(AuditEntry::new(
+                    now,
+                    name,
+                    &view.revision,
+                    AuditKind::Fleet,
+                    None,
+                    message.clone(),
+                ));
+            }
+        }));
+    }
     publish(&shared, &controllers);
     // A hub shows each fleet's summary on its custom resources, written apart from the loop.
     let (hub_statuses, hub_rx) = tokio::sync::watch::channel(Vec::new());
@@ -309,7 +355,17 @@ pub async fn serve(
     let control = async {
         loop {
             let started = Instant::now();
-            let pending = tokio::task::block_in_place(|| store.pending_commands())?;
+            // In a hub, its commands are read from it: not while it does not answer (the fleets
+            // wait then), and a failed read is tried again at the next pass.
+            let pending = match &*store {
+                Store::Hub(_) if source.hub().and_then(|h| h.unavailable()).is_some() => Vec::new(),
+                Store::Hub(_) => tokio::task::block_in_place(|| store.pending_commands())
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "the FleetCommands could not be read; read again at the next pass");
+                        Vec::new()
+                    }),
+                Store::Local(_) => tokio::task::block_in_place(|| store.pending_commands())?,
+            };
             let now = crate::clock::wall_clock();
             let mut extra: Vec<AuditEntry> =
                 std::mem::take(&mut *shared.pending_audit.lock().expect("audit lock"));
@@ -506,7 +562,15 @@ pub async fn serve(
                 }
                 controller.waiting.clone_from(&waiting);
             }
-            if waiting.is_some() {
+            if waiting.is_some() && matches!(*store, Store::Hub(_)) {
+                // The state is in the hub that does not answer: the entries are written with
+                // the first pass after it does.
+                shared
+                    .pending_audit
+                    .lock()
+                    .expect("audit lock")
+                    .splice(0..0, extra.drain(..));
+            } else if waiting.is_some() {
                 let writes: Vec<TickWrite> = controllers
                     .iter()
                     .map(|controller| TickWrite {

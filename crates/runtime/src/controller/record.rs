@@ -130,6 +130,39 @@ pub enum OperatorCommand {
 }
 
 impl OperatorCommand {
+    /// Decodes a command strictly: an unknown field is refused by name, also for the commands
+    /// without fields (serde's `deny_unknown_fields` does not reach an internally tagged enum's
+    /// unit variants), so that nothing is ever run as a plainer command than it says.
+    pub fn strict(given: &serde_json::Value) -> Result<OperatorCommand, String> {
+        let command: OperatorCommand =
+            serde_json::from_value(given.clone()).map_err(|e| e.to_string())?;
+        // Every field of the command, serialized (none is skipped), plus undo's older spelling.
+        let known = serde_json::to_value(&command).map_err(|e| e.to_string())?;
+        if let (Some(given), Some(known)) = (given.as_object(), known.as_object()) {
+            for field in given.keys() {
+                let older = field == "to_revision" && known.contains_key("toRevision");
+                if !known.contains_key(field) && !older {
+                    let mut expected: Vec<&str> = known
+                        .keys()
+                        .map(String::as_str)
+                        .filter(|k| *k != "command")
+                        .collect();
+                    expected.sort_unstable();
+                    return Err(format!(
+                        "unknown field `{field}` for {:?}; {}",
+                        command.verb(),
+                        if expected.is_empty() {
+                            "it takes no field".to_owned()
+                        } else {
+                            format!("its fields are {}", expected.join(", "))
+                        }
+                    ));
+                }
+            }
+        }
+        Ok(command)
+    }
+
     /// The verb, as the CLI names it.
     pub fn verb(&self) -> &'static str {
         match self {
@@ -158,6 +191,9 @@ pub struct QueuedCommand {
     pub operator: String,
     /// When it was accepted.
     pub accepted_at: Millis,
+    /// The uid of its `FleetCommand` object, when it came from a hub (`hub.state: hub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 pub use flotilla_core::fleet::Evidence;

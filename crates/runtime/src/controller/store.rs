@@ -1,4 +1,5 @@
-//! The controller's durable state in one redb file: fleet records, the operator command queue,
+//! The controller's durable state in one redb file ([`LocalStore`]; [`Store`] is it or the hub's
+//! API server, `hub_store`): fleet records, the operator command queue,
 //! the audit log and the notification outbox.
 //!
 //! # Invariants
@@ -89,6 +90,10 @@ pub enum StoreError {
         /// Why, and what to do.
         reason: String,
     },
+    /// The hub's API server refused a read or write of the state, or its objects cannot be
+    /// read (`hub.state: hub`).
+    #[error("store in the hub: {0}")]
+    Hub(String),
     /// redb panicked (a corrupt page); the panic was caught.
     #[error(
         "store {path}: the database failed while {what}: {message} (the file may be corrupt; restore it from a backup)"
@@ -126,15 +131,112 @@ fn guarded<T>(
     })
 }
 
-/// The controller's store.
-pub struct Store {
+/// The controller's store in a redb file.
+pub struct LocalStore {
     db: Database,
     path: String,
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+/// The controller's store: a redb file, or the hub's API server (`hub.state: hub`).
+#[derive(Debug)]
+pub enum Store {
+    /// A redb file.
+    Local(LocalStore),
+    /// `FleetRolloutRecord` and `FleetCommand` objects in a hub.
+    Hub(Box<super::hub_store::HubStore>),
+}
+
+impl Store {
+    /// Opens the redb store at `path` ([`LocalStore::open`]).
+    pub fn open(path: &Path, mode: OpenMode) -> Result<(Store, bool), StoreError> {
+        LocalStore::open(path, mode).map(|(store, created)| (Store::Local(store), created))
+    }
+
+    /// The schema version of the state.
+    pub fn schema(&self) -> Result<u64, StoreError> {
+        match self {
+            Store::Local(store) => store.schema(),
+            Store::Hub(_) => Ok(SCHEMA),
+        }
+    }
+
+    /// Every fleet record.
+    pub fn fleets(&self) -> Result<Vec<FleetRecord>, StoreError> {
+        match self {
+            Store::Local(store) => store.fleets(),
+            Store::Hub(store) => store.fleets(),
+        }
+    }
+
+    /// Queues a command; it is durable when this returns.
+    pub fn enqueue(&self, command: QueuedCommand) -> Result<QueuedCommand, StoreError> {
+        match self {
+            Store::Local(store) => store.enqueue(command),
+            Store::Hub(store) => store.enqueue(command),
+        }
+    }
+
+    /// Commands not yet applied, oldest first.
+    pub fn pending_commands(&self) -> Result<Vec<QueuedCommand>, StoreError> {
+        match self {
+            Store::Local(store) => store.pending_commands(),
+            Store::Hub(store) => store.pending_commands(),
+        }
+    }
+
+    /// Writes one tick atomically ([`Store::commit_ticks`]).
+    pub fn commit_tick(&self, tick: TickWrite<'_>) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.commit_ticks(vec![tick])?.pop().unwrap_or_default())
+    }
+
+    /// Writes the ticks of one pass: in a redb file in one transaction, in a hub each fleet's
+    /// atomically. Returns each tick's audit entries with their sequence numbers, in order.
+    pub fn commit_ticks(
+        &self,
+        ticks: Vec<TickWrite<'_>>,
+    ) -> Result<Vec<Vec<AuditEntry>>, StoreError> {
+        match self {
+            Store::Local(store) => store.commit_ticks(ticks),
+            Store::Hub(store) => store.commit_ticks(ticks),
+        }
+    }
+
+    /// The plot histories (none kept in a hub).
+    pub fn plots(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        match self {
+            Store::Local(store) => store.plots(),
+            Store::Hub(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
+    pub fn audit(&self, fleet: Option<&str>, since: u64) -> Result<Vec<AuditEntry>, StoreError> {
+        match self {
+            Store::Local(store) => store.audit(fleet, since),
+            Store::Hub(store) => Ok(store.audit(fleet, since)),
+        }
+    }
+
+    /// Notifications waiting for delivery, oldest first.
+    pub fn outbox(&self) -> Result<Vec<(u64, Notification)>, StoreError> {
+        match self {
+            Store::Local(store) => store.outbox(),
+            Store::Hub(store) => Ok(store.outbox()),
+        }
+    }
+
+    /// Removes a delivered notification.
+    pub fn delivered(&self, id: u64) -> Result<(), StoreError> {
+        match self {
+            Store::Local(store) => store.delivered(id),
+            Store::Hub(store) => store.delivered(id),
+        }
     }
 }
 
@@ -153,10 +255,10 @@ pub struct TickWrite<'a> {
     pub plots: Vec<(String, Vec<u8>)>,
 }
 
-impl Store {
+impl LocalStore {
     /// Opens the store at `path`; creates it only when the file is absent, or, with
     /// [`OpenMode::Init`], over an empty file. Returns the store and whether it was created.
-    pub fn open(path: &Path, mode: OpenMode) -> Result<(Store, bool), StoreError> {
+    pub fn open(path: &Path, mode: OpenMode) -> Result<(LocalStore, bool), StoreError> {
         let name = path.display().to_string();
         let refused = |reason: String| StoreError::Refused {
             path: name.clone(),
@@ -199,7 +301,7 @@ impl Store {
                 })
             })
         })?;
-        let mut store = Store {
+        let mut store = LocalStore {
             db,
             path: name.clone(),
         };
@@ -378,12 +480,6 @@ impl Store {
         })
     }
 
-    /// Writes one tick atomically: the record, the consumed commands, audit and notifications.
-    /// Returns the audit entries with their sequence numbers.
-    pub fn commit_tick(&self, tick: TickWrite<'_>) -> Result<Vec<AuditEntry>, StoreError> {
-        Ok(self.commit_ticks(vec![tick])?.pop().unwrap_or_default())
-    }
-
     /// Writes the ticks of one pass over the fleets in one transaction (one sync to disk for
     /// the pass, not one per fleet): all of them or none. Returns each tick's audit entries with
     /// their sequence numbers, in order.
@@ -538,6 +634,7 @@ mod tests {
             command: OperatorCommand::Abort { cluster: None },
             operator: "test".into(),
             accepted_at: 1,
+            uid: None,
         }
     }
 
@@ -787,7 +884,7 @@ mod tests {
             txn.open_table(SEQUENCES).unwrap();
             txn.commit().unwrap();
         }
-        let (store, created) = Store::open(&old, OpenMode::Existing).unwrap();
+        let (store, created) = LocalStore::open(&old, OpenMode::Existing).unwrap();
         assert!(!created);
         assert_eq!(store.schema().unwrap(), 1);
         store

@@ -316,6 +316,7 @@ spec:
             },
             operator: "test".into(),
             accepted_at: now(),
+            uid: None,
         }
     }
 

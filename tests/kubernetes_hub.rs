@@ -385,21 +385,28 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         // configuration from the Pod's environment and its mounted ServiceAccount (that of
         // `flotilla install`: those rights are enough).
         let mount = hub_service_account(&env, dir.path()).await;
-        std::fs::write(
-            dir.path().join("serve.yaml"),
-            format!(
-                "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", execAllowlist: [\"{}\"], namespace: flotilla, spokeNamespace: argocd, state: hub}}\n",
-                mount.display(),
-                plugin.display()
-            ),
-        )
-        .unwrap();
+        // The previous release kept the state in a file (`state: store`, on a volume); this one
+        // in the hub. The first Pod runs as the previous release would.
+        for (file, state) in [("serve-store.yaml", "store"), ("serve.yaml", "hub")] {
+            std::fs::write(
+                dir.path().join(file),
+                format!(
+                    "listen: \"127.0.0.1:0\"\nstore: state.redb\ntick: 300ms\nhub: {{serviceAccountDir: \"{}\", execAllowlist: [\"{}\"], namespace: flotilla, spokeNamespace: argocd, state: {state}}}\n",
+                    mount.display(),
+                    plugin.display()
+                ),
+            )
+            .unwrap();
+        }
         let port = env.cluster(0).server.rsplit(':').next().unwrap().to_owned();
         let pod_env = [
             ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
             ("KUBERNETES_SERVICE_PORT", port.as_str()),
         ];
-        let serve = start_pod(dir.path(), 0, &pod_env);
+        let pod = dir.path().join("pod-0");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::copy(dir.path().join("serve-store.yaml"), pod.join("serve.yaml")).unwrap();
+        let serve = Serve::start_with(&pod, &pod_env);
         // A fresh install: the controller started with no FleetRollout in the hub; those Argo CD
         // syncs now start without a restart.
         for object in hub_objects(&env, V1) {
@@ -499,6 +506,29 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
 
+        // The upgrade: the new release keeps the state in the hub. Its first Pod still has the
+        // volume with the store file: it imports it once (renamed after), and the fleets go on
+        // with their history instead of starting over.
+        let adopted = serve.client().history("payments").await.unwrap();
+        kill_9(&serve);
+        drop(serve);
+        let pod = dir.path().join("pod-1");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::copy(dir.path().join("pod-0/state.redb"), pod.join("state.redb")).unwrap();
+        let serve = start_pod(dir.path(), 1, &pod_env);
+        assert!(pod.join("state.redb.imported").exists(), "{}", serve.log());
+        assert!(!pod.join("state.redb").exists());
+        assert!(serve.log().contains("imported the store into the hub"), "{}", serve.log());
+        let kept = serve.client().history("payments").await.unwrap();
+        let messages = |h: &[flotilla_runtime::controller::record::AuditEntry]| {
+            h.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+        };
+        assert!(
+            messages(&adopted).iter().all(|m| messages(&kept).contains(m)),
+            "{adopted:#?}\n{kept:#?}"
+        );
+        assert_eq!(serve.client().fleet("payments").await.unwrap().phase, "Completed");
+
         // The release: Argo CD syncs 2.0 to the hub's Rollout.
         let mut objects = hub_objects(&env, V2);
         argocd_apply(&hub, &objects.remove(4)).await;
@@ -515,7 +545,7 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             .await;
         kill_9(&serve);
         let spoke_step = spokes[0].rollout().await.unwrap()["status"]["currentStepIndex"].clone();
-        let serve = start_pod(dir.path(), 1, &pod_env);
+        let serve = start_pod(dir.path(), 2, &pod_env);
         let after = serve.client().fleet("payments").await.unwrap();
         assert_eq!(status_of(&after, "cluster-1"), "Progressing", "{after:#?}");
         assert!(step(&after) >= step(&before), "{before:#?}\n{after:#?}");
@@ -569,7 +599,7 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         }))
         .unwrap();
         commands.create(&PostParams::default(), &pause).await.unwrap();
-        let serve = start_pod(dir.path(), 2, &pod_env);
+        let serve = start_pod(dir.path(), 3, &pod_env);
         drop(serve_was);
         let consumed = |name: &str| {
             let commands = commands.clone();
@@ -617,7 +647,7 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             .await;
         kill_9(&serve);
         let serve_was = serve;
-        let serve = start_pod(dir.path(), 3, &pod_env);
+        let serve = start_pod(dir.path(), 4, &pod_env);
         drop(serve_was);
         let view = serve
             .wait_for("cluster-2 rolled back", Duration::from_secs(180), |v| {
@@ -774,7 +804,7 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         );
         // Nothing of the state was kept by the Pods: the hub holds it, one record per fleet and
         // per cluster.
-        for n in 0..4 {
+        for n in 1..5 {
             assert!(!dir.path().join(format!("pod-{n}/state.redb")).exists());
         }
         let records: Api<DynamicObject> = Api::namespaced_with(

@@ -321,17 +321,22 @@ impl HubState {
         Ok(out)
     }
 
-    /// Creates a `FleetCommand` (`generateName` from the fleet); returns it as read back.
+    /// Creates a `FleetCommand` (named `name`, or `generateName` from the fleet); returns it as
+    /// read back.
     pub async fn create_command(
         &self,
         fleet: &str,
+        name: Option<&str>,
         spec: Value,
     ) -> Result<CommandObject, StateError> {
         let what = self.what("fleetcommands", fleet);
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": format!("{GROUP}/{VERSION}"),
             "kind": "FleetCommand",
-            "metadata": {"generateName": format!("{fleet}-"), "namespace": self.namespace},
+            "metadata": match name {
+                Some(name) => json!({"name": name, "namespace": self.namespace}),
+                None => json!({"generateName": format!("{fleet}-"), "namespace": self.namespace}),
+            },
             "spec": spec,
         }))
         .map_err(|e| invalid("create", what.clone(), e))?;

@@ -74,6 +74,7 @@ impl HubClient {
             .state
             .create_command(
                 fleet,
+                None,
                 json!({"fleetRollout": fleet, "command": command, "operator": operator,
                        "sentAt": crate::clock::wall_clock()}),
             )

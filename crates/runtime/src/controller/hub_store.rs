@@ -339,6 +339,65 @@ impl HubStore {
         self.handle.block_on(future)
     }
 
+    /// Imports the state of a redb store (an upgrade from `hub.state: store`): each fleet the hub
+    /// has no record of, with its latest audit entries and undelivered notifications, then its
+    /// queued commands as `FleetCommand`s (named after their ids: a second import after a crash
+    /// creates none twice). Returns the fleets imported.
+    pub fn import(&self, local: &super::store::LocalStore) -> Result<Vec<String>, StoreError> {
+        let known: BTreeSet<String> = self
+            .inner
+            .lock()
+            .expect("hub store lock")
+            .heads
+            .keys()
+            .cloned()
+            .collect();
+        let records: Vec<FleetRecord> = local
+            .fleets()?
+            .into_iter()
+            .filter(|r| !known.contains(&r.name))
+            .collect();
+        let audit = local.audit(None, 0)?;
+        let outbox = local.outbox()?;
+        let mut imported = Vec::new();
+        for record in &records {
+            let mut entries: Vec<AuditEntry> = audit
+                .iter()
+                .filter(|e| e.fleet == record.name)
+                .cloned()
+                .collect();
+            entries.drain(..entries.len().saturating_sub(AUDIT_KEPT));
+            let notifications = outbox
+                .iter()
+                .filter(|(_, n)| n.fleet == record.name)
+                .map(|(_, n)| n.clone())
+                .collect();
+            self.commit_ticks(vec![TickWrite {
+                record: Some(record),
+                consumed: Vec::new(),
+                audit: entries,
+                notifications,
+                plots: Vec::new(),
+            }])?;
+            imported.push(record.name.clone());
+        }
+        for command in local.pending_commands()? {
+            let spec = json!({
+                "fleetRollout": command.fleet,
+                "command": command.command,
+                "operator": command.operator,
+                "sentAt": command.accepted_at,
+            });
+            let name = format!("imported-{}", command.id);
+            match self.block_on(self.state.create_command(&command.fleet, Some(&name), spec)) {
+                Ok(_) => {}
+                Err(e) if e.code == Some(409) => {}
+                Err(e) => return Err(hub_error(e)),
+            }
+        }
+        Ok(imported)
+    }
+
     /// Every fleet record.
     pub fn fleets(&self) -> Result<Vec<FleetRecord>, StoreError> {
         let inner = self.inner.lock().expect("hub store lock");
@@ -366,7 +425,7 @@ impl HubStore {
             "sentAt": command.accepted_at,
         });
         let created = self
-            .block_on(self.state.create_command(&command.fleet, spec))
+            .block_on(self.state.create_command(&command.fleet, None, spec))
             .map_err(hub_error)?;
         let id = command_id(&created.uid);
         self.inner

@@ -150,6 +150,27 @@ pub async fn serve(
         Some(hub) => {
             let store = hub_store::HubStore::open(hub.state()).await?;
             tracing::info!(namespace = %hub.namespace(), "the state is kept in the hub");
+            // An upgrade from `state: store`: the store file's fleets are imported once (the file
+            // is renamed after), so that no fleet in flight starts over.
+            if config.store.exists() {
+                let (local, _) = store::LocalStore::open(&config.store, store::OpenMode::Existing)?;
+                let imported = tokio::task::block_in_place(|| store.import(&local))?;
+                drop(local);
+                let mut done = config.store.clone().into_os_string();
+                done.push(".imported");
+                std::fs::rename(&config.store, &done).map_err(|e| {
+                    ServeError::Io(format!(
+                        "the store {} was imported into the hub but cannot be renamed: {e}",
+                        config.store.display()
+                    ))
+                })?;
+                tracing::info!(
+                    store = %config.store.display(),
+                    fleets = %imported.join(", "),
+                    "imported the store into the hub (the file is kept as {})",
+                    std::path::Path::new(&done).display()
+                );
+            }
             Store::Hub(Box::new(store))
         }
         None => {

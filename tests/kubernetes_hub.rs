@@ -101,8 +101,11 @@ fn hub_objects(env: &flotilla_testenv::TestEnv, image: &str) -> Vec<Value> {
     let mut rollout = rollout.unwrap();
     rollout["metadata"]["labels"] =
         json!({"argo-rollouts.argoproj.io/controller-instance-id": "flotilla"});
-    rollout["metadata"]["annotations"] =
-        json!({"argocd.argoproj.io/tracking-id": "hub-app:argoproj.io/Rollout:flotilla/payments"});
+    rollout["metadata"]["annotations"] = json!({
+        "argocd.argoproj.io/tracking-id": "hub-app:argoproj.io/Rollout:flotilla/payments",
+        // Argo Rollouts' notifications, subscribed as with Argo's controller.
+        "notifications.argoproj.io/subscribe.on-rollout-aborted.hub-hook": ""
+    });
     rollout["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
     let spokes = |env_label: &str| {
         json!({
@@ -529,6 +532,42 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
         );
         assert_eq!(serve.client().fleet("payments").await.unwrap().phase, "Completed");
 
+        // Argo Rollouts' notification ConfigMap in the hub's namespace, as for Argo's
+        // controller: a webhook to a receiver of the test's.
+        let hooked: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+        let receiver = {
+            let hooked = hooked.clone();
+            axum::Router::new().route(
+                "/hook",
+                axum::routing::post(move |body: String| {
+                    let hooked = hooked.clone();
+                    async move {
+                        hooked
+                            .lock()
+                            .unwrap()
+                            .push(serde_json::from_str(&body).unwrap_or(Value::String(body)));
+                        "ok"
+                    }
+                }),
+            )
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hook = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, receiver).await.unwrap() });
+        let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "argo-rollouts-notification-configmap"},
+            "data": {
+                "service.webhook.hub-hook": format!("url: http://{hook}/hook\n"),
+                "template.rollout-aborted": "webhook:\n  hub-hook:\n    method: POST\n    body: |\n      {\"rollout\": \"{{.rollout.metadata.name}}\", \"cluster\": \"{{.flotilla.cluster}}\"}\n",
+                "trigger.on-rollout-aborted": "- send: [rollout-aborted]\n"
+            }
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(hub.clone(), "flotilla")
+            .create(&PostParams::default(), &config_map)
+            .await
+            .unwrap();
+
         // The release: Argo CD syncs 2.0 to the hub's Rollout.
         let mut objects = hub_objects(&env, V2);
         argocd_apply(&hub, &objects.remove(4)).await;
@@ -826,6 +865,18 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             names,
             ["payments", "payments.cluster-1", "payments.cluster-2", "payments.cluster-3"]
         );
+
+        // The webhook of the hub's notification ConfigMap was sent for cluster-2's abort (at
+        // least once: a controller killed between sending and recording it sends it again).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = hooked.lock().unwrap().clone();
+            if got.iter().any(|b| b["cluster"] == "cluster-2" && b["rollout"] == "payments") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no webhook: {got:#?}\n{}", serve.log());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
 
         // The CLI against the hub itself (no HTTP API): a verb is a FleetCommand the
         // controller consumes; the progress and the history are read from the hub.

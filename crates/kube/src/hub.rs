@@ -1,5 +1,6 @@
 //! The hub: a management cluster whose API server holds the desired state (Fleets,
-//! FleetRollouts, Rollouts and AnalysisTemplates in one namespace, ClusterAnalysisTemplates),
+//! FleetRollouts, Rollouts and AnalysisTemplates in one namespace, ClusterAnalysisTemplates, Argo
+//! Rollouts' notification ConfigMap there),
 //! the spokes' Secrets (Argo CD's cluster Secrets, kubeconfig Secrets), and the fleets'
 //! summaries Flotilla writes back (`FleetRollout.status`, the hub Rollout's aggregate status).
 //! Everything is read from watches (kube-runtime reflectors), never polled; a read is a
@@ -25,6 +26,9 @@ use crate::spokes::{self, ARGOCD_SECRET_TYPE, KUBECONFIG_LABEL, Spoke, SpokeErro
 
 /// The field manager of Flotilla's status writes in the hub.
 pub const HUB_MANAGER: &str = "flotilla-hub";
+
+/// Argo Rollouts' notification ConfigMap, read from the hub's namespace.
+pub const NOTIFICATION_CONFIG_MAP: &str = "argo-rollouts-notification-configmap";
 
 /// How long the first lists may take before the hub is refused.
 const FIRST_LIST: Duration = Duration::from_secs(30);
@@ -406,6 +410,19 @@ impl Hub {
             };
             documents.push((kind, watch(api, watcher::Config::default(), resource, what)));
         }
+        // Argo Rollouts' notification configuration, where Argo's controller reads it: one
+        // ConfigMap of the namespace, watched by name.
+        let config_map = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"));
+        documents.push((
+            "ConfigMap",
+            watch(
+                Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &config_map),
+                watcher::Config::default()
+                    .fields(&format!("metadata.name={NOTIFICATION_CONFIG_MAP}")),
+                config_map,
+                format!("ConfigMap {NOTIFICATION_CONFIG_MAP} in namespace {namespace}"),
+            ),
+        ));
         let secrets_api = Api::<Secret>::namespaced(client.clone(), &config.spoke_namespace);
         let secrets = vec![
             watch(
@@ -491,6 +508,14 @@ impl Hub {
                 } else {
                     format!("hub {kind} {namespace}/{name}")
                 };
+                let mut object = (*object).clone();
+                // A list of a core kind leaves its items' apiVersion and kind out.
+                if object.types.is_none() {
+                    object.types = Some(kube::core::TypeMeta {
+                        api_version: api_version_of(kind).to_owned(),
+                        kind: (*kind).to_owned(),
+                    });
+                }
                 let bytes = document(&object);
                 versions.insert(id.clone(), bytes.clone());
                 read.documents.push((id, bytes));
@@ -575,6 +600,15 @@ fn not_listed(what: &str, error: &Mutex<Option<String>>) -> HubError {
 
 /// An object as a manifest document: what its author wrote, without what the API server and
 /// controllers add (`status`, `managedFields`, `resourceVersion`, which a status write moves).
+/// The apiVersion of a kind the hub watches.
+fn api_version_of(kind: &str) -> &'static str {
+    match kind {
+        "Fleet" | "FleetRollout" => "flotilla.dev/v1alpha1",
+        "ConfigMap" => "v1",
+        _ => "argoproj.io/v1alpha1",
+    }
+}
+
 fn document(object: &DynamicObject) -> Vec<u8> {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {

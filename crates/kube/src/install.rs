@@ -14,6 +14,8 @@ const SPOKE_RBAC: &str = include_str!("../../../docs/kubernetes-rbac.yaml");
 
 /// The daemon's scratch directory in its Pod (the API's token; the state is in the hub).
 pub const STATE_DIR: &str = "/var/lib/flotilla";
+/// Where its secrets directory is (`secretsDir`: Argo Rollouts' notification Secret).
+pub const SECRETS_DIR: &str = "/var/run/flotilla/secrets";
 /// Where its configuration is mounted.
 pub const CONFIG_DIR: &str = "/etc/flotilla";
 /// Its API's port.
@@ -115,7 +117,7 @@ pub fn serve_config(options: &HubInstall) -> String {
         "state": "hub",
     });
     format!(
-        "# flotilla serve in the hub: the in-cluster configuration of its Pod.\nlisten: \"0.0.0.0:{PORT}\"\n# Beyond loopback: reads need the token too ({STATE_DIR}/state.redb.token, made at each start).\nreadsNeedToken: true\n# The state is in the hub (hub.state); only the API's token is written here.\nstore: {STATE_DIR}/state.redb\nhub: {hub}\n"
+        "# flotilla serve in the hub: the in-cluster configuration of its Pod.\nlisten: \"0.0.0.0:{PORT}\"\n# Beyond loopback: reads need the token too ({STATE_DIR}/state.redb.token, made at each start).\nreadsNeedToken: true\n# The state is in the hub (hub.state); only the API's token is written here.\nstore: {STATE_DIR}/state.redb\n# Argo Rollouts' notification Secret, mounted from the namespace.\nsecretsDir: {SECRETS_DIR}\nhub: {hub}\n"
     )
 }
 
@@ -214,12 +216,16 @@ pub fn hub(options: &HubInstall) -> Result<String, InstallError> {
                             "volumeMounts": [
                                 {"name": "config", "mountPath": CONFIG_DIR, "readOnly": true},
                                 {"name": "state", "mountPath": STATE_DIR},
+                                {"name": "notification-secret", "mountPath": format!("{SECRETS_DIR}/argo-rollouts-notification-secret"), "readOnly": true},
                                 {"name": "tmp", "mountPath": "/tmp"}
                             ]
                         }],
                         "volumes": [
                             {"name": "config", "configMap": {"name": "flotilla"}},
                             {"name": "state", "emptyDir": {}},
+                            // Argo Rollouts' notification Secret, where the daemon's secrets
+                            // directory reads it; optional: none until there is one.
+                            {"name": "notification-secret", "secret": {"secretName": "argo-rollouts-notification-secret", "optional": true}},
                             {"name": "tmp", "emptyDir": {}}
                         ]
                     }

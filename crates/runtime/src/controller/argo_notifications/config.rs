@@ -17,7 +17,7 @@ use super::subscriptions::Selector;
 use super::template::Tmpl;
 
 /// The ConfigMap's name (Argo Rollouts' `NotificationConfigMap`).
-pub const CONFIG_MAP: &str = "argo-rollouts-notification-configmap";
+pub const CONFIG_MAP: &str = flotilla_kube::hub::NOTIFICATION_CONFIG_MAP;
 /// The Secret whose keys `$key` references in `service.*` values name (Argo Rollouts'
 /// `NotificationSecret`), read from Flotilla's secret sources.
 pub const SECRET: &str = "argo-rollouts-notification-secret";

@@ -153,23 +153,7 @@ pub async fn serve(
             // An upgrade from `state: store`: the store file's fleets are imported once (the file
             // is renamed after), so that no fleet in flight starts over.
             if config.store.exists() {
-                let (local, _) = store::LocalStore::open(&config.store, store::OpenMode::Existing)?;
-                let imported = tokio::task::block_in_place(|| store.import(&local))?;
-                drop(local);
-                let mut done = config.store.clone().into_os_string();
-                done.push(".imported");
-                std::fs::rename(&config.store, &done).map_err(|e| {
-                    ServeError::Io(format!(
-                        "the store {} was imported into the hub but cannot be renamed: {e}",
-                        config.store.display()
-                    ))
-                })?;
-                tracing::info!(
-                    store = %config.store.display(),
-                    fleets = %imported.join(", "),
-                    "imported the store into the hub (the file is kept as {})",
-                    std::path::Path::new(&done).display()
-                );
+                import_store_file(&store, &config.store)?;
             }
             Store::Hub(Box::new(store))
         }
@@ -295,10 +279,8 @@ pub async fn serve(
             };
             let now = crate::clock::wall_clock();
             let message = match why {
-                Some(why) => format!(
-                    "the hub's API server does not answer ({why}): the fleet waits, nothing is promoted, rolled back or consumed until its state is written"
-                ),
-                None => "the hub's API server answers again: the fleet goes on".to_owned(),
+                Some(why) => hub_waits(why),
+                None => HUB_ANSWERS.to_owned(),
             };
             let mut views = shared.views.write().expect("views lock");
             let mut audit = shared.pending_audit.lock().expect("audit lock");
@@ -567,7 +549,7 @@ pub async fn serve(
             let waiting = source
                 .hub()
                 .and_then(|hub| hub.unavailable())
-                .map(|why| format!("the hub's API server does not answer ({why}): the fleet waits, nothing is promoted, rolled back or consumed until it does"));
+                .map(|why| hub_waits(&why));
             for controller in controllers.iter_mut() {
                 if controller.waiting.is_some() != waiting.is_some() {
                     extra.push(AuditEntry::new(
@@ -576,9 +558,7 @@ pub async fn serve(
                         &controller.record.state.revision,
                         AuditKind::Fleet,
                         None,
-                        waiting.clone().unwrap_or_else(|| {
-                            "the hub's API server answers again: the fleet goes on".into()
-                        }),
+                        waiting.clone().unwrap_or_else(|| HUB_ANSWERS.into()),
                     ));
                 }
                 controller.waiting.clone_from(&waiting);
@@ -755,6 +735,40 @@ pub async fn serve(
 /// Argo Rollouts' notification configuration of a desired state (None: the source has none),
 /// its warnings logged; `in_force`: a configuration is in force, which files that cannot be
 /// read may hold (`argo_notifications::Config::from_source`).
+/// Why every fleet waits while the hub's API server does not answer (its probe, or a write of
+/// the state that found no server).
+fn hub_waits(why: &str) -> String {
+    format!(
+        "the hub's API server does not answer ({why}): the fleet waits, nothing is promoted, rolled back or consumed until it does"
+    )
+}
+
+/// When the hub's API server answers again.
+const HUB_ANSWERS: &str = "the hub's API server answers again: the fleet goes on";
+
+/// Imports the redb store at `path` into the hub's state (an upgrade from `hub.state: store`),
+/// then renames the file `….imported`, so that it is imported once.
+fn import_store_file(store: &hub_store::HubStore, path: &Path) -> Result<(), ServeError> {
+    let (local, _) = store::LocalStore::open(path, store::OpenMode::Existing)?;
+    let imported = tokio::task::block_in_place(|| store.import(&local))?;
+    drop(local);
+    let mut done = path.to_owned().into_os_string();
+    done.push(".imported");
+    std::fs::rename(path, &done).map_err(|e| {
+        ServeError::Io(format!(
+            "the store {} was imported into the hub but cannot be renamed: {e}",
+            path.display()
+        ))
+    })?;
+    tracing::info!(
+        store = %path.display(),
+        fleets = %imported.join(", "),
+        "imported the store into the hub (the file is kept as {})",
+        Path::new(&done).display()
+    );
+    Ok(())
+}
+
 fn load_argo_notifications(
     set: &source::DesiredSet,
     secrets: &crate::secrets::Secrets,

@@ -337,8 +337,16 @@ fn regression_story(source: Source) {
             shown.contains(&format!("payments-{h2}-2-2")) && shown.contains("AnalysisRun"),
             "{shown}"
         );
-        // Old AnalysisRuns were looked for after each new one (none is old enough to go here).
-        assert!(!serve.log().contains("cannot delete old AnalysisRuns"), "{}", serve.log());
+        // Old AnalysisRuns were looked for after each new one (none is old enough to go here),
+        // and nothing refused it (a slow API server only postpones it, at debug level).
+        assert!(
+            !serve
+                .log()
+                .lines()
+                .any(|l| l.contains("WARN") && l.contains("cannot delete old AnalysisRuns")),
+            "{}",
+            serve.log()
+        );
         // The decisions as Events on each Rollout, with Argo's reasons and messages.
         let e0 = clusters[0]
             .wait_event("Normal RolloutCompleted", Duration::from_secs(10))

@@ -338,7 +338,6 @@ impl KubeBackend {
         }
     }
 
-    /// The Rollout as read (None: it does not exist).
     /// The Rollout the cluster holds, as `observe` reports it in `rolloutSource: cluster` (spec,
     /// labels, annotations; no status): what `flotilla lint --live` checks. None: there is no
     /// Rollout of that name in the namespace.
@@ -1276,6 +1275,11 @@ impl KubeBackend {
         // neither the observation nor the status waits for it.
         let runs = match self.write_runs(client, rollout, desired, hashes).await {
             Ok(runs) => runs,
+            Err(error) if error.is_transient() => {
+                // The API server is slow or away: the next observation writes them.
+                tracing::debug!(cluster = %self.cluster, %error, "cannot write the AnalysisRuns yet");
+                Vec::new()
+            }
             Err(error) => {
                 tracing::warn!(cluster = %self.cluster, %error, "cannot write the AnalysisRuns");
                 Vec::new()
@@ -1291,7 +1295,13 @@ impl KubeBackend {
             let keep = runs.iter().map(|(_, name)| name.clone()).collect();
             let hashes = counts.keys().cloned().collect();
             if let Err(error) = self.collect_runs(client, rollout, &keep, &hashes).await {
-                tracing::warn!(cluster = %self.cluster, %error, "cannot delete old AnalysisRuns");
+                // Tried again at the next observation; only a refusal (RBAC, a bad object) is
+                // worth a warning: a slow API server is the ordinary case under load.
+                if error.is_transient() {
+                    tracing::debug!(cluster = %self.cluster, %error, "cannot delete old AnalysisRuns yet");
+                } else {
+                    tracing::warn!(cluster = %self.cluster, %error, "cannot delete old AnalysisRuns");
+                }
                 self.memory.lock().expect("memory lock").runs_collected = false;
             }
         }

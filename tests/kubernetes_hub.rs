@@ -830,6 +830,40 @@ fn a_hub_drives_its_spokes_from_custom_resources_and_argo_cd_cluster_secrets() {
             );
         }
 
+        // Argo CD deletes the FleetRollout and syncs it again (a prune, an Application made
+        // anew): the record is Flotilla's, owned by no FleetRollout, so the fleet keeps its
+        // progress and cluster-2 its rollback; nothing starts over, nothing is deployed again.
+        fleet_rollouts
+            .delete("payments", &Default::default())
+            .await
+            .unwrap();
+        serve
+            .wait_for("the FleetRollout gone", Duration::from_secs(30), |v| {
+                v.errors.iter().any(|e| e.contains("gone from the desired state"))
+            })
+            .await;
+        argocd_apply(&hub, &hub_objects(&env, V2)[2]).await;
+        let view = serve
+            .wait_for("the FleetRollout back", Duration::from_secs(30), |v| {
+                v.errors.is_empty()
+            })
+            .await;
+        assert_eq!(status_of(&view, "cluster-1"), "Validated", "{view:#?}");
+        assert_eq!(status_of(&view, "cluster-2"), "RolledBack", "{view:#?}");
+        assert!(
+            matches!(view.phase.as_str(), "Halted" | "Aborted"),
+            "{view:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let c1 = spokes[0].replica_sets().await;
+        let c2 = spokes[1].replica_sets().await;
+        assert!(
+            c1.get(&h2) == Some(&(3, 3))
+                && c2.get(&h1) == Some(&(3, 3))
+                && c2.get(&h2).is_none_or(|s| s.0 == 0),
+            "{c1:?} {c2:?}"
+        );
+
         // Each command was applied once (pause and resume: two), with who sent it.
         let applied: Vec<_> = history
             .iter()

@@ -11,10 +11,12 @@
 # (setpriv --pdeathsig). Exits non-zero as soon as any component exits.
 #
 # usage: start.sh --dir DIR [--clusters N] [--nodes M] [--crd FILE]... [--bin-dir BINDIR]
-#                 [--timeout SECONDS]
+#                 [--timeout SECONDS] [--token-webhook KUBECONFIG]
+# --token-webhook: every API server also asks that token webhook (TokenReview v1) about bearer
+# tokens it does not know, as EKS's API servers ask their authenticator.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-DIR="" CLUSTERS=1 NODES=2 BIN="" TIMEOUT=180
+DIR="" CLUSTERS=1 NODES=2 BIN="" TIMEOUT=180 WEBHOOK=""
 CRDS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,6 +26,7 @@ while [ $# -gt 0 ]; do
     --crd) CRDS+=("$2"); shift 2 ;;
     --bin-dir) BIN="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --token-webhook) WEBHOOK="$2"; shift 2 ;;
     *) echo "start.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -168,7 +171,8 @@ EOF
     --token-auth-file "$c/tokens.csv" --authorization-mode RBAC \
     --service-account-issuer "https://127.0.0.1:$port" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false
+    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
+    ${WEBHOOK:+--authentication-token-webhook-config-file "$WEBHOOK" --authentication-token-webhook-version v1}
 done
 
 for i in $(seq 0 $((CLUSTERS - 1))); do

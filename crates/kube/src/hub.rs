@@ -47,6 +47,9 @@ pub struct HubConfig {
     pub namespace: String,
     /// The exec credential plugins a spoke Secret may run, by command exactly as it names them.
     pub exec_allowlist: Vec<String>,
+    /// The API server hosts an EKS token may be sent to (`.suffix` or a host; see
+    /// [`spokes::SpokePolicy`]).
+    pub eks_servers: Vec<String>,
     /// The namespace of the spoke Secrets (Argo CD's is `argocd`).
     pub spoke_namespace: String,
 }
@@ -250,9 +253,9 @@ pub struct SpokeSecret {
 }
 
 impl SpokeSecret {
-    /// Reads one Secret as the hub sees it; an exec credential plugin runs only when its
-    /// command is on `exec_allowlist`.
-    pub fn read(secret: &Secret, exec_allowlist: &[String]) -> SpokeSecret {
+    /// Reads one Secret as the hub sees it, under the admin's `policy` (the plugins it may
+    /// run, the servers an EKS token may go to).
+    pub fn read(secret: &Secret, policy: &spokes::SpokePolicy) -> SpokeSecret {
         let (name, labels) = spokes::identity(secret);
         SpokeSecret {
             id: format!(
@@ -263,14 +266,17 @@ impl SpokeSecret {
             version: secret.metadata.resource_version.clone().unwrap_or_default(),
             name,
             labels,
-            spoke: Spoke::from_secret_allowing(secret, exec_allowlist),
+            spoke: Spoke::from_secret_with(secret, policy),
         }
     }
 
     /// Reads a Secret given as JSON (as `kubectl get secret -o json` prints it), running no
     /// credential plugin.
     pub fn from_json(value: Value) -> Result<SpokeSecret, serde_json::Error> {
-        Ok(SpokeSecret::read(&serde_json::from_value(value)?, &[]))
+        Ok(SpokeSecret::read(
+            &serde_json::from_value(value)?,
+            &spokes::SpokePolicy::default(),
+        ))
     }
 }
 
@@ -293,7 +299,7 @@ pub struct Hub {
     namespace: String,
     documents: Vec<(&'static str, Watched<DynamicObject>)>,
     secrets: Vec<Watched<Secret>>,
-    exec_allowlist: Vec<String>,
+    policy: spokes::SpokePolicy,
     /// Why the hub's API server does not answer now (None: it answered its last probe).
     unavailable: Arc<Mutex<Option<String>>>,
     probe: tokio::task::JoinHandle<()>,
@@ -451,7 +457,10 @@ impl Hub {
             namespace,
             documents,
             secrets,
-            exec_allowlist: config.exec_allowlist.clone(),
+            policy: spokes::SpokePolicy {
+                exec_allowlist: config.exec_allowlist.clone(),
+                eks_servers: config.eks_servers.clone(),
+            },
             unavailable,
         };
         hub.listed().await?;
@@ -527,7 +536,7 @@ impl Hub {
                 if !spokes::is_spoke_secret(&secret) {
                     continue;
                 }
-                let spoke = SpokeSecret::read(&secret, &self.exec_allowlist);
+                let spoke = SpokeSecret::read(&secret, &self.policy);
                 if !seen.insert(spoke.id.clone()) {
                     continue;
                 }

@@ -2,7 +2,8 @@
 //! Argo Rollouts' controller drives them. [`pod_template_hash`] (the core's) is Argo's hash that
 //! names a Rollout's ReplicaSets, bit for bit; [`backend`] is the core's cluster-backend port over one
 //! cluster ([`KubeBackend`]); [`crds`] are the CustomResourceDefinitions of Flotilla's own kinds;
-//! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets; [`hub`]
+//! [`spokes`] reads spoke clusters from Argo CD's cluster Secrets and kubeconfig Secrets, and
+//! [`eks`] mints the EKS tokens of those that name `awsAuthConfig`; [`hub`]
 //! watches a hub's API server for the desired state and the spokes, and writes the fleets'
 //! summaries there; [`state`] keeps the controller's state and operators' commands as objects
 //! in the hub; [`install`] prints the manifests that install Flotilla in a hub and its
@@ -10,6 +11,7 @@
 
 pub mod backend;
 pub mod crds;
+pub mod eks;
 pub mod hub;
 pub mod install;
 pub mod spokes;

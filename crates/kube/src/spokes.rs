@@ -11,7 +11,11 @@
 //! send one of its own files: exec credential plugins run only when their command is on the
 //! admin's allowlist (`hub.execAllowlist`), and a kubeconfig Secret may not name files of the
 //! controller's machine (`tokenFile`, `client-certificate`, `client-key`,
-//! `certificate-authority`) nor an `auth-provider`.
+//! `certificate-authority`) nor an `auth-provider`. An Argo CD Secret's `awsAuthConfig` (EKS)
+//! is kept as [`crate::eks::AwsAuth`]: its token is minted natively with the controller's own
+//! AWS credentials, so it runs no program either; since that token carries the controller's
+//! AWS identity, it is sent only to the API servers of [`SpokePolicy::eks_servers`] (EKS's
+//! endpoints by default), over a checked TLS connection.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +44,9 @@ pub struct Spoke {
     pub namespaces: Vec<String>,
     /// `namespace/name` of the Secret it came from.
     pub secret: String,
+    /// Argo CD's `awsAuthConfig`: the client authenticates with EKS tokens
+    /// ([`crate::eks::EksTokens`]), the kubeconfig's user has no credentials.
+    pub aws_auth: Option<crate::eks::AwsAuth>,
     kubeconfig: Kubeconfig,
 }
 
@@ -202,11 +209,50 @@ pub fn identity(secret: &Secret) -> (String, BTreeMap<String, String>) {
     (name, all)
 }
 
+/// The API servers an EKS token goes to by default (`hub.eksServers`): EKS's endpoints, in
+/// AWS's partitions and China's.
+pub const EKS_SERVERS: [&str; 2] = [".eks.amazonaws.com", ".eks.amazonaws.com.cn"];
+
+/// What the admin lets spoke Secrets do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpokePolicy {
+    /// The exec credential plugins a Secret may run, by command exactly as it names them.
+    pub exec_allowlist: Vec<String>,
+    /// The API server hosts an EKS token may be sent to: `.suffix` for the hosts under it, or
+    /// a host exactly. An EKS token carries the controller's AWS identity, so a Secret may not
+    /// send one to a server of its writer's choosing.
+    pub eks_servers: Vec<String>,
+}
+
+impl Default for SpokePolicy {
+    fn default() -> Self {
+        SpokePolicy {
+            exec_allowlist: Vec::new(),
+            eks_servers: EKS_SERVERS.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+}
+
+impl SpokePolicy {
+    /// Whether an EKS token may be sent to `host`.
+    pub fn allows_eks_server(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        self.eks_servers.iter().any(|allowed| {
+            let allowed = allowed.to_ascii_lowercase();
+            if allowed.starts_with('.') {
+                host.ends_with(&allowed) && host.len() > allowed.len()
+            } else {
+                host == allowed
+            }
+        })
+    }
+}
+
 impl Spoke {
     /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret, running no
     /// credential plugin.
     pub fn from_secret(secret: &Secret) -> Result<Spoke, SpokeError> {
-        Spoke::from_secret_allowing(secret, &[])
+        Spoke::from_secret_with(secret, &SpokePolicy::default())
     }
 
     /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret; an exec credential
@@ -216,6 +262,18 @@ impl Spoke {
         secret: &Secret,
         exec_allowlist: &[String],
     ) -> Result<Spoke, SpokeError> {
+        Spoke::from_secret_with(
+            secret,
+            &SpokePolicy {
+                exec_allowlist: exec_allowlist.to_vec(),
+                ..SpokePolicy::default()
+            },
+        )
+    }
+
+    /// Reads a spoke from an Argo CD cluster Secret or a kubeconfig Secret under `policy`.
+    pub fn from_secret_with(secret: &Secret, policy: &SpokePolicy) -> Result<Spoke, SpokeError> {
+        let exec_allowlist = policy.exec_allowlist.as_slice();
         let id = format!(
             "{}/{}",
             secret.metadata.namespace.as_deref().unwrap_or(""),
@@ -344,6 +402,7 @@ impl Spoke {
                 labels: all,
                 namespaces: Vec::new(),
                 secret: id.clone(),
+                aws_auth: None,
                 kubeconfig,
             });
         }
@@ -366,12 +425,61 @@ impl Spoke {
             Some(json) => serde_json::from_str(&json)
                 .map_err(|e| fail("config", format!("not Argo CD's cluster config JSON: {e}")))?,
         };
-        if config.aws_auth_config.is_some() {
-            return Err(fail(
-                "config.awsAuthConfig",
-                "EKS authentication is not supported yet: give the spoke a bearer token or a kubeconfig Secret".into(),
-            ));
-        }
+        let aws_auth = match &config.aws_auth_config {
+            None => None,
+            Some(value) => {
+                let mut auth: crate::eks::AwsAuth =
+                    serde_json::from_value(value.clone()).map_err(|e| {
+                        fail(
+                            "config.awsAuthConfig",
+                            format!("not Argo CD's awsAuthConfig: {e}"),
+                        )
+                    })?;
+                // Argo CD writes empty strings for unset fields.
+                auth.role_arn = auth.role_arn.filter(|s| !s.trim().is_empty());
+                auth.profile = auth.profile.filter(|s| !s.trim().is_empty());
+                if auth.cluster_name.trim().is_empty() {
+                    return Err(fail(
+                        "config.awsAuthConfig.clusterName",
+                        "missing: the EKS cluster's name, signed into its token".into(),
+                    ));
+                }
+                if config.exec_provider_config.is_some()
+                    || config.bearer_token.is_some()
+                    || config.username.is_some()
+                    || config.password.is_some()
+                {
+                    return Err(fail(
+                        "config.awsAuthConfig",
+                        "goes alone: not with bearerToken, username and password, nor execProviderConfig".into(),
+                    ));
+                }
+                // The token carries the controller's AWS identity: it goes to EKS only, over
+                // a checked TLS connection.
+                if config.tls_client_config.insecure {
+                    return Err(fail(
+                        "config.tlsClientConfig.insecure",
+                        "an EKS token is never sent to a server whose certificate is not checked"
+                            .into(),
+                    ));
+                }
+                let host = server
+                    .parse::<http::Uri>()
+                    .ok()
+                    .and_then(|uri| uri.host().map(str::to_owned))
+                    .unwrap_or_default();
+                if !policy.allows_eks_server(&host) {
+                    return Err(fail(
+                        "server",
+                        format!(
+                            "{host:?} is not an EKS API server of hub.eksServers ({}): an EKS token carries the controller's AWS identity and is sent to those only",
+                            policy.eks_servers.join(", ")
+                        ),
+                    ));
+                }
+                Some(auth)
+            }
+        };
         let exec = match &config.exec_provider_config {
             None => None,
             Some(value) => {
@@ -437,11 +545,12 @@ impl Spoke {
         let has_auth = config.bearer_token.is_some()
             || cert.is_some()
             || config.username.is_some()
-            || exec.is_some();
+            || exec.is_some()
+            || aws_auth.is_some();
         if !has_auth {
             return Err(fail(
                 "config",
-                "no credentials: bearerToken, username and password, certData and keyData, or execProviderConfig"
+                "no credentials: bearerToken, username and password, certData and keyData, awsAuthConfig or execProviderConfig"
                     .into(),
             ));
         }
@@ -501,6 +610,7 @@ impl Spoke {
             labels: all,
             namespaces,
             secret: id,
+            aws_auth,
             kubeconfig,
         })
     }
@@ -662,13 +772,103 @@ users: [{{name: u, user: {{{user}}}}}]
         assert!(Spoke::from_secret(&kubeconfig("token: t", "")).is_ok());
     }
 
+    /// Argo CD's EKS Secret: the cluster's name, a role and a profile are kept for the token
+    /// minter, and the client configuration has no credentials of its own.
+    #[tokio::test]
+    async fn an_eks_secret_is_a_spoke_whose_tokens_are_minted() {
+        let eks = |server: &str, config: serde_json::Value| {
+            secret(
+                serde_json::json!({ARGOCD_SECRET_TYPE: "cluster"}),
+                serde_json::json!({"name": "prod-eu-1", "server": server, "config": config.to_string()}),
+            )
+        };
+        let config = serde_json::json!({
+            "awsAuthConfig": {
+                "clusterName": "prod-eu-1",
+                "roleARN": "arn:aws:iam::123456789012:role/flotilla",
+                "profile": "fleet"
+            },
+            "tlsClientConfig": {"caData": "QQ=="}
+        });
+        let endpoint = "https://0123456789ABCDEF0123456789ABCDEF.gr7.eu-west-1.eks.amazonaws.com";
+        let spoke = Spoke::from_secret(&eks(endpoint, config.clone())).unwrap();
+        assert_eq!(
+            spoke.aws_auth,
+            Some(crate::eks::AwsAuth {
+                cluster_name: "prod-eu-1".into(),
+                role_arn: Some("arn:aws:iam::123456789012:role/flotilla".into()),
+                profile: Some("fleet".into()),
+            })
+        );
+        let client_config = spoke.config().await.unwrap();
+        assert!(client_config.auth_info.token.is_none() && client_config.auth_info.exec.is_none());
+        // The token goes to EKS's endpoints only, unless the admin names more servers; never
+        // over an unchecked connection.
+        let elsewhere =
+            Spoke::from_secret(&eks("https://collector.example:443", config.clone())).unwrap_err();
+        assert_eq!(elsewhere.field, "server", "{elsewhere}");
+        assert!(
+            elsewhere
+                .message
+                .contains("\"collector.example\" is not an EKS API server")
+        );
+        assert!(
+            Spoke::from_secret(&eks(
+                "https://eks.amazonaws.com.evil.example",
+                config.clone()
+            ))
+            .is_err()
+        );
+        let policy = SpokePolicy {
+            eks_servers: vec!["127.0.0.1".into()],
+            ..SpokePolicy::default()
+        };
+        assert!(
+            Spoke::from_secret_with(&eks("https://127.0.0.1:6443", config.clone()), &policy)
+                .is_ok()
+        );
+        assert!(Spoke::from_secret_with(&eks(endpoint, config.clone()), &policy).is_err());
+        let mut insecure = config.clone();
+        insecure["tlsClientConfig"] = serde_json::json!({"insecure": true});
+        assert_eq!(
+            Spoke::from_secret(&eks(endpoint, insecure))
+                .unwrap_err()
+                .field,
+            "config.tlsClientConfig.insecure"
+        );
+        let mut basic = config;
+        basic["username"] = serde_json::json!("admin");
+        assert_eq!(
+            Spoke::from_secret(&eks(endpoint, basic)).unwrap_err().field,
+            "config.awsAuthConfig"
+        );
+        assert!(
+            Spoke::from_secret(&argo(serde_json::json!({"bearerToken": "t"})))
+                .unwrap()
+                .aws_auth
+                .is_none()
+        );
+    }
+
     #[test]
     fn a_secret_that_cannot_be_used_names_itself_and_the_field() {
         let field = |s: &Secret| Spoke::from_secret(s).unwrap_err().field;
         assert_eq!(
             field(&argo(
-                serde_json::json!({"awsAuthConfig": {"clusterName": "x"}})
+                serde_json::json!({"awsAuthConfig": {"clusterName": " "}})
             )),
+            "config.awsAuthConfig.clusterName"
+        );
+        assert_eq!(
+            field(&argo(
+                serde_json::json!({"awsAuthConfig": {"roleARN": "x"}})
+            )),
+            "config.awsAuthConfig"
+        );
+        assert_eq!(
+            field(&argo(serde_json::json!({
+                "awsAuthConfig": {"clusterName": "x"}, "bearerToken": "t"
+            }))),
             "config.awsAuthConfig"
         );
         assert_eq!(

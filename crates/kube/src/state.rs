@@ -122,10 +122,13 @@ pub struct StateError {
 }
 
 impl StateError {
-    /// Whether trying again may succeed: no answer, or one that says the server could not
-    /// (5xx, 429). A refusal (conflict, forbidden, invalid, too large) is not.
+    /// Whether trying again may succeed: no answer, one that says the server could not (5xx,
+    /// 429), or an authentication or authorization refusal (401, 403): an API server that has
+    /// just restarted refuses until its authorizer has read RBAC again, and an admin's fix of a
+    /// Role is taken at the next attempt. A conflict, an invalid or too large object is not.
     pub fn transient(&self) -> bool {
-        self.code.is_none_or(|c| c >= 500 || c == 429)
+        self.code
+            .is_none_or(|c| c >= 500 || matches!(c, 429 | 401 | 403))
     }
 }
 
@@ -430,6 +433,22 @@ impl HubState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restarting_api_servers_refusals_are_waited_out_conflicts_are_not() {
+        let error = |code: Option<u16>| StateError {
+            verb: "update".into(),
+            resource: "fleetrolloutrecords".into(),
+            code,
+            message: String::new(),
+        };
+        for code in [None, Some(500), Some(503), Some(429), Some(401), Some(403)] {
+            assert!(error(code).transient(), "{code:?}");
+        }
+        for code in [Some(409), Some(422), Some(413), Some(400)] {
+            assert!(!error(code).transient(), "{code:?}");
+        }
+    }
 
     #[test]
     fn cluster_objects_are_named_within_dns_rules() {

@@ -216,6 +216,9 @@ pub struct Options {
     pub crds: Vec<PathBuf>,
     /// How long start.sh may take once the binaries exist.
     pub timeout: Duration,
+    /// A kubeconfig naming a token webhook (TokenReview v1) every API server asks about bearer
+    /// tokens it does not know (EKS's authenticator, in the EKS tests).
+    pub token_webhook: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -225,6 +228,7 @@ impl Default for Options {
             nodes: 2,
             crds: Vec::new(),
             timeout: Duration::from_secs(180),
+            token_webhook: None,
         }
     }
 }
@@ -295,6 +299,9 @@ impl TestEnv {
             .arg(&bin_dir);
         for crd in &options.crds {
             cmd.arg("--crd").arg(crd);
+        }
+        if let Some(webhook) = &options.token_webhook {
+            cmd.arg("--token-webhook").arg(webhook);
         }
         let started = Instant::now();
         let mut script = cmd

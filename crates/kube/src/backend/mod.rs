@@ -221,7 +221,27 @@ impl KubeBackend {
             };
             let spoke = entry.spoke.map_err(invalid)?;
             let config = spoke.config().await.map_err(invalid)?;
-            let client = self.finish_client(config).await?;
+            let eks = match &spoke.aws_auth {
+                None => None,
+                Some(auth) => Some(
+                    crate::eks::EksTokens::from_environment(
+                        auth,
+                        std::sync::Arc::new(std::time::SystemTime::now),
+                    )
+                    .await
+                    .map_err(|e| match e {
+                        crate::eks::EksError::NoRegion { .. } => BackendError::Invalid {
+                            field: format!("Secret {} config.awsAuthConfig", spoke.secret),
+                            message: format!("cluster {:?}: {e}", self.cluster),
+                        },
+                        // Credentials that cannot be had now may be had later.
+                        _ => BackendError::Unreachable {
+                            message: format!("cluster {:?}: {e}", self.cluster),
+                        },
+                    })?,
+                ),
+            };
+            let client = self.finish_client(config, eks).await?;
             *slot = Some((client.clone(), generation));
             return Ok(client);
         }
@@ -246,14 +266,19 @@ impl KubeBackend {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| invalid(error_chain(&e)))?;
-        let client = self.finish_client(config).await?;
+        let client = self.finish_client(config, None).await?;
         *slot = Some((client.clone(), 0));
         Ok(client)
     }
 
     /// A client of `config` with the endpoint's server, the Rollout's namespace, the timeouts
-    /// and the in-flight bound, once the cluster is seen to serve Argo's CRDs.
-    async fn finish_client(&self, mut config: kube::Config) -> Result<kube::Client, BackendError> {
+    /// and the in-flight bound (and EKS tokens on every request when `eks` is given), once the
+    /// cluster is seen to serve Argo's CRDs.
+    async fn finish_client(
+        &self,
+        mut config: kube::Config,
+        eks: Option<crate::eks::EksTokens>,
+    ) -> Result<kube::Client, BackendError> {
         if let Some(server) = &self.endpoint.server {
             config.cluster_url = server.parse().map_err(|e| BackendError::Invalid {
                 field: "endpoint.kubernetes.server".to_owned(),
@@ -264,13 +289,20 @@ impl KubeBackend {
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(15));
         config.write_timeout = Some(Duration::from_secs(15));
-        let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| BackendError::Invalid {
+        let builder =
+            kube::client::ClientBuilder::try_from(config).map_err(|e| BackendError::Invalid {
                 field: "endpoint.kubernetes".to_owned(),
                 message: format!("cluster {:?}: {}", self.cluster, error_chain(&e)),
-            })?
-            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT))
-            .build();
+            })?;
+        let limit = tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT);
+        // The token goes on inside the bound: a request that waited for a slot gets a live one.
+        let client = match eks {
+            None => builder.with_layer(&limit).build(),
+            Some(tokens) => builder
+                .with_layer(&tokens.layer())
+                .with_layer(&limit)
+                .build(),
+        };
         self.check_crds(&client).await?;
         Ok(client)
     }
@@ -1431,7 +1463,7 @@ fn first_image(rs: &ReplicaSet) -> Option<String> {
 }
 
 /// An error with its causes, one after the other.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut out = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -157,6 +157,13 @@ pub struct HubSourceConfig {
     /// whoever may write a spoke Secret must not choose what the controller runs).
     #[serde(default)]
     pub exec_allowlist: Vec<String>,
+    /// The API server hosts an Argo CD Secret's `awsAuthConfig` may send its EKS token to:
+    /// `.suffix` for the hosts under it, or a host exactly (default EKS's endpoints,
+    /// `.eks.amazonaws.com` and `.eks.amazonaws.com.cn`; a list replaces them). The token
+    /// carries the controller's AWS identity: whoever may write a spoke Secret must not choose
+    /// where it goes.
+    #[serde(default)]
+    pub eks_servers: Option<Vec<String>>,
     /// The namespace of the desired state (default `flotilla`).
     #[serde(default = "default_hub_namespace")]
     pub namespace: String,
@@ -450,6 +457,28 @@ impl DaemonConfig {
                         ));
                     }
                 }
+                let eks_servers = match &hub.eks_servers {
+                    None => flotilla_kube::spokes::EKS_SERVERS
+                        .iter()
+                        .map(|s| (*s).to_owned())
+                        .collect(),
+                    Some(list) => list.clone(),
+                };
+                for (i, host) in eks_servers.iter().enumerate() {
+                    let bare = host.strip_prefix('.').unwrap_or(host);
+                    if bare.is_empty()
+                        || !bare
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+                    {
+                        return Err(fail(
+                            &format!("hub.eksServers[{i}]"),
+                            format!(
+                                "{host:?} is not a host (`api.example.com`) nor a suffix of hosts (`.eks.amazonaws.com`)"
+                            ),
+                        ));
+                    }
+                }
                 SourceConfig::Hub(flotilla_kube::hub::HubConfig {
                     kubeconfig: hub
                         .kubeconfig
@@ -461,6 +490,7 @@ impl DaemonConfig {
                     ),
                     context: hub.context.clone(),
                     exec_allowlist: hub.exec_allowlist.clone(),
+                    eks_servers,
                     namespace: hub.namespace.clone(),
                     spoke_namespace: hub.spoke_namespace.clone(),
                 })
@@ -657,6 +687,7 @@ mod tests {
                 service_account_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
                 context: Some("mgmt".into()),
                 exec_allowlist: Vec::new(),
+                eks_servers: vec![".eks.amazonaws.com".into(), ".eks.amazonaws.com.cn".into()],
                 namespace: "flotilla".into(),
                 spoke_namespace: "argocd".into(),
             })
@@ -679,6 +710,13 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.field, "hub.execAllowlist[1]", "{error}");
+        let error = DaemonConfig::parse(
+            "store: s\nhub:\n  eksServers: [127.0.0.1, \"https://x\"]\n",
+            "f",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert_eq!(error.field, "hub.eksServers[1]", "{error}");
         let error = DaemonConfig::parse("store: s\nmanifests: m\nhub: {}\n", "f", Path::new("/x"))
             .unwrap_err();
         assert!(error.message.contains("exactly one"), "{error}");
@@ -708,6 +746,7 @@ mod tests {
                 service_account_dir: flotilla_kube::hub::SERVICE_ACCOUNT_DIR.into(),
                 context: None,
                 exec_allowlist: vec!["/usr/local/bin/argocd-k8s-auth".into()],
+                eks_servers: vec![".eks.amazonaws.com".into(), ".eks.amazonaws.com.cn".into()],
                 namespace: "delivery".into(),
                 spoke_namespace: "spokes".into(),
             })

@@ -333,7 +333,8 @@ fn an_eks_spoke_is_reached_with_a_token_minted_from_the_environments_credentials
         let auth = spoke.aws_auth.clone().expect("awsAuthConfig is kept");
         // The controller's path, in a process of its own: credentials and region from the
         // environment (and no profile files, no instance metadata).
-        let child = |region: Option<&str>| {
+        // `env`: the child's AWS variables, over a clean AWS environment.
+        let child_with = |secret: &Secret, env: &[(&str, String)]| {
             let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
             cmd.args([
                 "--exact",
@@ -341,9 +342,9 @@ fn an_eks_spoke_is_reached_with_a_token_minted_from_the_environments_credentials
                 "--ignored",
                 "--nocapture",
             ])
-            .env("FLOTILLA_EKS_SECRET", serde_json::to_string(&read).unwrap())
-            .env("AWS_ACCESS_KEY_ID", EKS_ACCESS_KEY)
-            .env("AWS_SECRET_ACCESS_KEY", EKS_SECRET_KEY)
+            .env("FLOTILLA_EKS_SECRET", serde_json::to_string(secret).unwrap())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
             .env("AWS_CONFIG_FILE", dir.path().join("no-config"))
             .env(
                 "AWS_SHARED_CREDENTIALS_FILE",
@@ -354,16 +355,22 @@ fn an_eks_spoke_is_reached_with_a_token_minted_from_the_environments_credentials
             .env_remove("AWS_SESSION_TOKEN")
             .env_remove("AWS_DEFAULT_REGION")
             .env_remove("AWS_ROLE_ARN")
-            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE");
-            match region {
-                Some(region) => cmd.env("AWS_REGION", region),
-                None => cmd.env_remove("AWS_REGION"),
-            };
+            .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .env_remove("AWS_REGION")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
             let out = cmd.output().unwrap();
             String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr)
         };
-        let reached = child(Some("eu-west-1"));
+        let keys = |region: Option<&str>| {
+            let mut env = vec![
+                ("AWS_ACCESS_KEY_ID", EKS_ACCESS_KEY.to_owned()),
+                ("AWS_SECRET_ACCESS_KEY", EKS_SECRET_KEY.to_owned()),
+            ];
+            env.extend(region.map(|r| ("AWS_REGION", r.to_owned())));
+            env
+        };
+        let reached = child_with(&read, &keys(Some("eu-west-1")));
         assert!(
             reached.contains("eks-child: reached: ") && reached.contains("only-in-the-spoke"),
             "{reached}\n{}",
@@ -376,11 +383,49 @@ fn an_eks_spoke_is_reached_with_a_token_minted_from_the_environments_credentials
             )),
             "{accepted}"
         );
-        let no_region = child(None);
+        let no_region = child_with(&read, &keys(None));
         assert!(
             no_region.contains("eks-child: refused: no AWS region for EKS cluster \"prod-eu-1\""),
             "{no_region}"
         );
+        // The Secret's `profile` picks a profile of the controller's shared config: its keys
+        // and region mint the token. A profile that would run a program (`credential_process`)
+        // runs nothing: that source is not built in, so it gives no credentials.
+        let marker = dir.path().join("credential-process-ran");
+        let config_file = dir.path().join("aws-config");
+        std::fs::write(
+            &config_file,
+            format!(
+                "[profile fleet]\nregion = eu-west-1\naws_access_key_id = {EKS_ACCESS_KEY}\naws_secret_access_key = {EKS_SECRET_KEY}\n\n[profile runs]\nregion = eu-west-1\ncredential_process = /usr/bin/touch {}\n",
+                marker.display()
+            ),
+        )
+        .unwrap();
+        let with_profile = |profile: &str| -> Secret {
+            let mut secret = read.clone();
+            let config = json!({
+                "awsAuthConfig": {"clusterName": "prod-eu-1", "profile": profile},
+                "tlsClientConfig": {"caData": ca}
+            });
+            secret.data.as_mut().unwrap().insert(
+                "config".into(),
+                k8s_openapi::ByteString(config.to_string().into_bytes()),
+            );
+            secret
+        };
+        let from_file = [("AWS_CONFIG_FILE", config_file.display().to_string())];
+        let fleet = child_with(&with_profile("fleet"), &from_file);
+        assert!(
+            fleet.contains("eks-child: reached: ") && fleet.contains("only-in-the-spoke"),
+            "{fleet}"
+        );
+        let runs = child_with(&with_profile("runs"), &from_file);
+        assert!(
+            runs.contains("eks-child: failed: ")
+                && runs.contains("cannot get AWS credentials for EKS cluster \"prod-eu-1\""),
+            "{runs}"
+        );
+        assert!(!marker.exists(), "a Secret's profile ran a program");
         // Tokens the authenticator must refuse: another cluster's, another key's.
         let client = |auth: &AwsAuth, secret_key: &str| {
             let tokens = EksTokens::new(

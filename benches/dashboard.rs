@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use flotilla_core::analysis::condition::{Comparison, Threshold};
 use flotilla_runtime::controller::dashboard::live::Live;
+use flotilla_runtime::controller::durable::Store;
 use flotilla_runtime::controller::plots::{
     self, ClusterPlots, MAX_POINTS, Mark, MetricSeries, Plots, Point,
 };
 use flotilla_runtime::controller::record::{ClusterView, FleetSummary, FleetView, WaveView};
 use flotilla_runtime::controller::shared::{Metrics, Shared};
-use flotilla_runtime::controller::store::{OpenMode, Store};
+use flotilla_runtime::controller::store::OpenMode;
 
 #[path = "../tests/common/browser.rs"]
 mod browser;

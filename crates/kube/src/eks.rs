@@ -250,7 +250,7 @@ impl EksTokens {
                 .await
                 .map_err(|e| EksError::Credentials {
                     cluster: self.cluster.clone(),
-                    message: crate::backend::error_chain(&e),
+                    message: crate::chain::error_chain(&e),
                 })?;
         let token = mint(&credentials, &self.region, &self.cluster, now)?;
         tracing::debug!(cluster = %self.cluster, "minted an EKS token");
@@ -588,7 +588,7 @@ mod tests {
         let client = kube::Client::new(tokens.layer().layer(server), "default");
         let get = || Request::get("/version").body(Vec::new()).unwrap();
         let error = client.request_text(get()).await.unwrap_err();
-        let text = crate::backend::error_chain(&error);
+        let text = crate::chain::error_chain(&error);
         assert!(
             text.contains("cannot get AWS credentials for EKS cluster \"prod\"")
                 && text.contains("no providers in chain"),

@@ -24,8 +24,8 @@ use serde_json::Value;
 use crate::backend::objects::{INSTANCE, INSTANCE_LABEL};
 use crate::spokes::{self, ARGOCD_SECRET_TYPE, KUBECONFIG_LABEL, Spoke, SpokeError};
 
-/// The field manager of Flotilla's status writes in the hub.
-pub const HUB_MANAGER: &str = "flotilla-hub";
+/// The field manager of Flotilla's writes in the hub (statuses and its own objects).
+pub use crate::state::HUB_MANAGER;
 
 /// Argo Rollouts' notification ConfigMap, read from the hub's namespace.
 pub const NOTIFICATION_CONFIG_MAP: &str = "argo-rollouts-notification-configmap";

@@ -10,6 +10,7 @@
 //! spokes.
 
 pub mod backend;
+mod chain;
 pub mod crds;
 pub mod eks;
 pub mod hub;

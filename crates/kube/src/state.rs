@@ -10,7 +10,9 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use crate::crds::{GROUP, VERSION};
-use crate::hub::HUB_MANAGER;
+
+/// The field manager of Flotilla's writes in the hub (statuses and its own objects).
+pub const HUB_MANAGER: &str = "flotilla-hub";
 
 /// The label naming a record's FleetRollout.
 pub const FLEET_LABEL: &str = "flotilla.dev/fleet-rollout";

@@ -29,6 +29,7 @@ pub mod routes;
 pub mod status;
 pub mod watch;
 
+use crate::chain::error_chain;
 use crate::spokes;
 
 use std::collections::BTreeMap;
@@ -1460,21 +1461,6 @@ fn first_image(rs: &ReplicaSet) -> Option<String> {
         .first()?
         .image
         .clone()
-}
-
-/// An error with its causes, one after the other.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
 }
 
 impl ClusterBackend for KubeBackend {

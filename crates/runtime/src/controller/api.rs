@@ -345,9 +345,10 @@ mod tests {
 
     use tokio::sync::{Notify, broadcast};
 
+    use super::super::durable::Store;
     use super::super::record::{FleetSummary, FleetView, OperatorCommand, WaveView};
     use super::super::shared::{Metrics, Shared};
-    use super::super::store::{OpenMode, Store};
+    use super::super::store::OpenMode;
 
     const TOKEN: &str = "s3cret-token";
 

@@ -21,6 +21,7 @@ pub mod backends;
 pub mod client;
 pub mod config;
 pub mod dashboard;
+pub mod durable;
 #[cfg(test)]
 pub mod fake_backend;
 pub mod fleet;
@@ -46,11 +47,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{Notify, broadcast};
 
 use config::Resolved;
+use durable::Store;
 use fleet::FleetController;
 use record::{AuditEntry, AuditKind, FleetSummary, FleetView};
 pub use shared::{GitResult, INVALID, Metrics, Published, Shared};
 use source::Source;
-use store::{Store, TickWrite};
+use store::TickWrite;
 
 /// Why the daemon cannot start or had to stop.
 #[derive(Debug, thiserror::Error)]

@@ -12,9 +12,9 @@ use serde_json::json;
 
 use super::argo_notifications::{self, Body, Outgoing, Request, Subject, Transport};
 use super::config::{Sink, SinkFormat};
+use super::durable::Store;
 use super::record::{AuditEntry, AuditKind, FleetRecord, Notification};
 use super::shared::Metrics;
-use super::store::Store;
 
 /// Attempts per sink before a notification is given up on.
 const ATTEMPTS: u32 = 6;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::{Notify, broadcast};
 
+use super::durable::Store;
 use super::record::{AuditEntry, FleetSummary, FleetView, RolloutView};
-use super::store::Store;
 
 /// The phase of a fleet that is not running: its desired state is invalid, with no valid one to
 /// keep running.

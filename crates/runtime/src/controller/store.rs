@@ -1,10 +1,10 @@
-//! The controller's durable state in one redb file ([`LocalStore`]; [`Store`] is it or the hub's
-//! API server, `hub_store`): fleet records, the operator command queue,
-//! the audit log and the notification outbox.
+//! The controller's durable state in one redb file ([`LocalStore`]; `durable::Store` is it or
+//! the hub's API server, `hub_store`): fleet records, the operator command queue, the audit log
+//! and the notification outbox; and what both kinds share ([`StoreError`], [`TickWrite`]).
 //!
 //! # Invariants
 //! - A tick's new fleet record, the commands it consumed, its audit entries and its
-//!   notifications are written in one transaction ([`Store::commit_ticks`], with those of every
+//!   notifications are written in one transaction ([`LocalStore::commit_ticks`], with those of every
 //!   fleet of the same pass), before any of its actions run: a crash either loses the whole
 //!   pass (it is recomputed) or none of it.
 //! - An accepted command is committed before the API answers, and deleted only with the tick
@@ -51,7 +51,7 @@ const PLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("plots");
 /// needs converting records at open.
 pub const SCHEMA: u64 = 1;
 
-/// How [`Store::open`] may treat the file.
+/// How [`LocalStore::open`] may treat the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OpenMode {
     /// Open the store; create it only when the file is absent (a first start).
@@ -140,103 +140,6 @@ pub struct LocalStore {
 impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
-    }
-}
-
-/// The controller's store: a redb file, or the hub's API server (`hub.state: hub`).
-#[derive(Debug)]
-pub enum Store {
-    /// A redb file.
-    Local(LocalStore),
-    /// `FleetRolloutRecord` and `FleetCommand` objects in a hub.
-    Hub(Box<super::hub_store::HubStore>),
-}
-
-impl Store {
-    /// Opens the redb store at `path` ([`LocalStore::open`]).
-    pub fn open(path: &Path, mode: OpenMode) -> Result<(Store, bool), StoreError> {
-        LocalStore::open(path, mode).map(|(store, created)| (Store::Local(store), created))
-    }
-
-    /// The schema version of the state.
-    pub fn schema(&self) -> Result<u64, StoreError> {
-        match self {
-            Store::Local(store) => store.schema(),
-            Store::Hub(_) => Ok(SCHEMA),
-        }
-    }
-
-    /// Every fleet record.
-    pub fn fleets(&self) -> Result<Vec<FleetRecord>, StoreError> {
-        match self {
-            Store::Local(store) => store.fleets(),
-            Store::Hub(store) => store.fleets(),
-        }
-    }
-
-    /// Queues a command; it is durable when this returns.
-    pub fn enqueue(&self, command: QueuedCommand) -> Result<QueuedCommand, StoreError> {
-        match self {
-            Store::Local(store) => store.enqueue(command),
-            Store::Hub(store) => store.enqueue(command),
-        }
-    }
-
-    /// Commands not yet applied, oldest first.
-    pub fn pending_commands(&self) -> Result<Vec<QueuedCommand>, StoreError> {
-        match self {
-            Store::Local(store) => store.pending_commands(),
-            Store::Hub(store) => store.pending_commands(),
-        }
-    }
-
-    /// Writes one tick atomically ([`Store::commit_ticks`]).
-    pub fn commit_tick(&self, tick: TickWrite<'_>) -> Result<Vec<AuditEntry>, StoreError> {
-        Ok(self.commit_ticks(vec![tick])?.pop().unwrap_or_default())
-    }
-
-    /// Writes the ticks of one pass: in a redb file in one transaction, in a hub each fleet's
-    /// atomically. Returns each tick's audit entries with their sequence numbers, in order.
-    pub fn commit_ticks(
-        &self,
-        ticks: Vec<TickWrite<'_>>,
-    ) -> Result<Vec<Vec<AuditEntry>>, StoreError> {
-        match self {
-            Store::Local(store) => store.commit_ticks(ticks),
-            Store::Hub(store) => store.commit_ticks(ticks),
-        }
-    }
-
-    /// The plot histories (none kept in a hub).
-    pub fn plots(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        match self {
-            Store::Local(store) => store.plots(),
-            Store::Hub(_) => Ok(Vec::new()),
-        }
-    }
-
-    /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
-    pub fn audit(&self, fleet: Option<&str>, since: u64) -> Result<Vec<AuditEntry>, StoreError> {
-        match self {
-            Store::Local(store) => store.audit(fleet, since),
-            Store::Hub(store) => Ok(store.audit(fleet, since)),
-        }
-    }
-
-    /// Notifications waiting for delivery, oldest first.
-    pub fn outbox(&self) -> Result<Vec<(u64, Notification)>, StoreError> {
-        match self {
-            Store::Local(store) => store.outbox(),
-            Store::Hub(store) => Ok(store.outbox()),
-        }
-    }
-
-    /// Removes a delivered notification.
-    pub fn delivered(&self, id: u64) -> Result<(), StoreError> {
-        match self {
-            Store::Local(store) => store.delivered(id),
-            Store::Hub(store) => store.delivered(id),
-        }
     }
 }
 
@@ -625,6 +528,13 @@ fn next_sequence(txn: &redb::WriteTransaction, name: &str) -> Result<u64, redb::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl LocalStore {
+        /// One tick, as `durable::Store::commit_tick` writes it.
+        fn commit_tick(&self, tick: TickWrite<'_>) -> Result<Vec<AuditEntry>, StoreError> {
+            Ok(self.commit_ticks(vec![tick])?.pop().unwrap_or_default())
+        }
+    }
     use crate::controller::record::{AuditKind, OperatorCommand};
 
     fn command(fleet: &str) -> QueuedCommand {
@@ -643,10 +553,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
         let id = {
-            let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+            let store = LocalStore::open(&path, OpenMode::Existing).unwrap().0;
             store.enqueue(command("payments")).unwrap().id
         };
-        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+        let store = LocalStore::open(&path, OpenMode::Existing).unwrap().0;
         let pending = store.pending_commands().unwrap();
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].id, id);
@@ -661,7 +571,7 @@ mod tests {
             })
             .unwrap();
         drop(store);
-        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+        let store = LocalStore::open(&path, OpenMode::Existing).unwrap().0;
         assert!(store.pending_commands().unwrap().is_empty());
         let audit = store.audit(Some("payments"), 0).unwrap();
         assert_eq!(audit.len(), 1);
@@ -672,7 +582,7 @@ mod tests {
     #[test]
     fn the_ticks_of_a_pass_are_written_together_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.redb"), OpenMode::Existing)
+        let store = LocalStore::open(&dir.path().join("s.redb"), OpenMode::Existing)
             .unwrap()
             .0;
         let entry = |fleet: &str| {
@@ -717,7 +627,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
         {
-            let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+            let store = LocalStore::open(&path, OpenMode::Existing).unwrap().0;
             // A store that never had one reads as empty.
             assert!(store.plots().unwrap().is_empty());
             store
@@ -727,7 +637,7 @@ mod tests {
                 })
                 .unwrap();
         }
-        let store = Store::open(&path, OpenMode::Existing).unwrap().0;
+        let store = LocalStore::open(&path, OpenMode::Existing).unwrap().0;
         assert_eq!(
             store.plots().unwrap(),
             vec![("payments\u{0}eu".to_owned(), b"{\"weight\":[]}".to_vec())]
@@ -737,7 +647,7 @@ mod tests {
     #[test]
     fn the_outbox_keeps_notifications_until_delivered() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.redb"), OpenMode::Existing)
+        let store = LocalStore::open(&dir.path().join("s.redb"), OpenMode::Existing)
             .unwrap()
             .0;
         let n = Notification {
@@ -764,7 +674,7 @@ mod tests {
     }
 
     fn refusal(path: &Path, mode: OpenMode) -> String {
-        match Store::open(path, mode) {
+        match LocalStore::open(path, mode) {
             Ok(_) => panic!("{} was opened", path.display()),
             Err(e @ StoreError::Refused { .. }) => e.to_string(),
             Err(other) => panic!("not a refusal: {other}"),
@@ -775,9 +685,9 @@ mod tests {
     fn an_absent_store_is_created_and_an_empty_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
-        let (_, created) = Store::open(&path, OpenMode::Existing).unwrap();
+        let (_, created) = LocalStore::open(&path, OpenMode::Existing).unwrap();
         assert!(created, "absent: a first start creates it");
-        let (_, created) = Store::open(&path, OpenMode::Existing).unwrap();
+        let (_, created) = LocalStore::open(&path, OpenMode::Existing).unwrap();
         assert!(!created);
         let empty = dir.path().join("empty.redb");
         std::fs::write(&empty, b"").unwrap();
@@ -791,7 +701,7 @@ mod tests {
             0,
             "nothing written"
         );
-        let (store, created) = Store::open(&empty, OpenMode::Init).unwrap();
+        let (store, created) = LocalStore::open(&empty, OpenMode::Init).unwrap();
         assert!(created);
         assert_eq!(store.schema().unwrap(), SCHEMA);
     }
@@ -800,12 +710,12 @@ mod tests {
     fn init_never_replaces_a_store_that_holds_state() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
-        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        let (store, _) = LocalStore::open(&path, OpenMode::Existing).unwrap();
         store.enqueue(command("payments")).unwrap();
         drop(store);
         let why = refusal(&path, OpenMode::Init);
         assert!(why.contains("already holds state"), "{why}");
-        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        let (store, _) = LocalStore::open(&path, OpenMode::Existing).unwrap();
         assert_eq!(
             store.pending_commands().unwrap().len(),
             1,
@@ -817,7 +727,7 @@ mod tests {
     fn truncated_garbled_and_foreign_files_are_refused_not_panicked_on() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
-        let (store, _) = Store::open(&path, OpenMode::Existing).unwrap();
+        let (store, _) = LocalStore::open(&path, OpenMode::Existing).unwrap();
         for _ in 0..20 {
             store.enqueue(command("payments")).unwrap();
         }
@@ -837,7 +747,7 @@ mod tests {
         ] {
             let bad = dir.path().join(format!("{name}.redb"));
             std::fs::write(&bad, &bytes).unwrap();
-            match Store::open(&bad, OpenMode::Existing) {
+            match LocalStore::open(&bad, OpenMode::Existing) {
                 // A file redb can still read (its last good commit) is not refused, but must
                 // then answer without panicking.
                 Ok((store, created)) => {

@@ -84,7 +84,7 @@ pub enum EksError {
 pub struct Token {
     /// `k8s-aws-v1.…`
     pub value: String,
-    /// Signing time + [`TOKEN_LIFETIME`].
+    /// The signing time + [`TOKEN_LIFETIME`], or the credentials' expiry when sooner.
     pub expires: SystemTime,
 }
 

@@ -1582,6 +1582,265 @@ spec:
     });
 }
 
+/// `metrics.via: apiserver`: a template written for an in-cluster address
+/// (`http://prometheus.monitoring:9090`, as Argo's users write them) runs unchanged from outside
+/// the cluster. The controller reaches that Service through the cluster's API server's service
+/// proxy with the cluster's credentials; the API server goes to the Service's Pod over the
+/// cluster network (here the test environment's pod network, which carries it to the real
+/// Prometheus on loopback). The step passes on the values read that way.
+#[test]
+fn metrics_via_the_api_server_reach_the_templates_in_cluster_address() {
+    let _one = one_at_a_time();
+    let env = TestEnv::start(&Options {
+        clusters: 1,
+        nodes: 2,
+        crds: argo_rollouts_crds().expect("Argo Rollouts' CRDs"),
+        pod_network: true,
+        ..Options::default()
+    })
+    .expect("the Kubernetes test environment starts");
+    let dir = tempfile::tempdir().unwrap();
+    let series: Series = Arc::default();
+    let exporter = exporter(series.clone());
+    let prometheus = demo::Prometheus::start_new(dir.path().join("prometheus"), &exporter)
+        .expect("prometheus (apt-get install prometheus)");
+    let port: u16 = prometheus
+        .address()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .expect("Prometheus' port");
+    // Healthy everywhere: the step passes only on values read through the proxy.
+    regressing_in(&series, &env, usize::MAX);
+    let text = manifests(&env, None, ANALYSED_STEPS)
+        .replace(
+            "namespace: default}}\n",
+            "namespace: default}}\n      metrics: {via: apiserver}\n",
+        )
+        .replace(
+            "address: \"{{args.metrics-address}}\"",
+            "address: \"http://prometheus.monitoring:9090\"",
+        )
+        .replace(", {name: metrics-address}]", "]");
+    assert!(text.contains("metrics: {via: apiserver}"), "{text}");
+    assert!(!text.contains("metrics-address"), "{text}");
+    std::fs::write(dir.path().join("manifests.yaml"), &text).unwrap();
+    write_serve_config(dir.path());
+    let h2 = argo_hash(V2);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let cluster = Cluster::prepare(env.cluster(0)).await;
+        // Prometheus as it runs in a cluster: a Pod in `monitoring` behind Service `prometheus`
+        // (port 9090, its Pod's port the one the real Prometheus listens on).
+        let client = env.cluster(0).client().await.unwrap();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        create(&namespaces, json!({"metadata": {"name": "monitoring"}})).await;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(client.clone(), "monitoring");
+        create(
+            &pods,
+            json!({
+                "metadata": {"name": "prometheus-0", "labels": {"app": "prometheus"}},
+                "spec": {"containers": [{"name": "prometheus", "image": "prom/prometheus", "ports": [{"containerPort": port}]}]}
+            }),
+        )
+        .await;
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(client.clone(), "monitoring");
+        create(
+            &services,
+            json!({
+                "metadata": {"name": "prometheus"},
+                "spec": {"selector": {"app": "prometheus"}, "ports": [{"name": "web", "port": 9090, "targetPort": port}]}
+            }),
+        )
+        .await;
+        let endpoints: Api<k8s_openapi::api::core::v1::Endpoints> =
+            Api::namespaced(client.clone(), "monitoring");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let pod_ip = loop {
+            let ready = endpoints.get_opt("prometheus").await.unwrap().and_then(|e| {
+                e.subsets?
+                    .into_iter()
+                    .flat_map(|s| s.addresses.unwrap_or_default())
+                    .map(|a| a.ip)
+                    .next()
+            });
+            if let Some(ip) = ready {
+                break ip;
+            }
+            assert!(Instant::now() < deadline, "the Service has no ready endpoint");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(pod_ip.starts_with("10.64."), "{pod_ip}");
+        // Prometheus has scraped the series (asked directly), so that every measurement through
+        // the proxy has a value to read.
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = http
+                .get(format!(
+                    "{}/api/v1/query?query=payments_error_ratio",
+                    prometheus.address()
+                ))
+                .send()
+                .await;
+            let text = match answer {
+                Ok(answer) => answer.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            if text.contains(&h2) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "Prometheus has no series: {text}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let serve = release_through_the_analysis(&cluster, dir.path()).await;
+        let runs = cluster.step_runs(&h2).await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        let run = &runs[0];
+        assert_eq!(run["status"]["phase"], "Successful", "{}", run["status"]);
+        assert_eq!(
+            run["spec"]["metrics"][0]["provider"]["prometheus"]["address"],
+            "http://prometheus.monitoring:9090",
+            "the template's address runs unchanged"
+        );
+        let measurements = run["status"]["metricResults"][0]["measurements"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(!measurements.is_empty(), "{}", run["status"]);
+        for m in &measurements {
+            assert_eq!(m["phase"], "Successful", "{m}");
+            assert_eq!(m["value"], "[0]", "{m}");
+        }
+        let dials = env.pod_network_dials();
+        assert!(
+            dials.contains(&format!("{pod_ip}:{port}")),
+            "the API server went to the Pod: {dials:?}"
+        );
+        // The proxy's own answers, through the backend as the controller uses it. With the
+        // documented least-privilege rule (`get` on `services/proxy` named
+        // `http:prometheus:9090` in `monitoring`), a query passes and a POST is refused naming
+        // the verb and the name; with the admin's rights, a Service that does not exist is
+        // `NoService` (looked up outside the cluster next) and one without endpoints fails at
+        // once with the API server's words (never retried into a timeout).
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), "default");
+        create(&accounts, json!({"metadata": {"name": "flotilla"}})).await;
+        let roles: Api<k8s_openapi::api::rbac::v1::Role> =
+            Api::namespaced(client.clone(), "monitoring");
+        create(
+            &roles,
+            json!({
+                "metadata": {"name": "flotilla-metrics"},
+                "rules": [{"apiGroups": [""], "resources": ["services/proxy"],
+                 "resourceNames": ["http:prometheus:9090"], "verbs": ["get"]}]
+            }),
+        )
+        .await;
+        let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+            Api::namespaced(client.clone(), "monitoring");
+        create(
+            &bindings,
+            json!({
+                "metadata": {"name": "flotilla-metrics"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flotilla-metrics"},
+                "subjects": [{"kind": "ServiceAccount", "name": "flotilla", "namespace": "default"}]
+            }),
+        )
+        .await;
+        create(
+            &services,
+            json!({
+                "metadata": {"name": "empty"},
+                "spec": {"selector": {"app": "nothing"}, "ports": [{"port": 9090}]}
+            }),
+        )
+        .await;
+        let restricted = service_account_kubeconfig(&env, 0, "default", dir.path()).await;
+        let backend = |kubeconfig: &Path| {
+            flotilla_kube::KubeBackend::new(
+                "cluster-0",
+                flotilla_core::spec::fleet::KubernetesEndpoint {
+                    kubeconfig: Some(kubeconfig.display().to_string()),
+                    ..Default::default()
+                },
+                flotilla_core::spec::fleet::RolloutSource::Cluster,
+                "payments",
+                || 0,
+                &flotilla_kube::KubeClients::default(),
+            )
+            .with_metrics_via_apiserver(true)
+        };
+        let request = |service: &str, method: &str| flotilla_core::analysis::ServiceRequest {
+            method: method.into(),
+            scheme: "http".into(),
+            service: service.into(),
+            namespace: Some("monitoring".into()),
+            port: 9090,
+            path_and_query: "/api/v1/query?query=vector(1)".into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            timeout: Duration::from_secs(10),
+            max_body: 1 << 20,
+        };
+        use flotilla_core::analysis::ProxyError;
+        use flotilla_core::backend::ClusterBackend;
+        let least = backend(&restricted);
+        let proxy = least.service_proxy().expect("via apiserver");
+        let answer = proxy.send(request("prometheus", "GET")).await.unwrap();
+        assert_eq!(answer.status, 200);
+        assert!(
+            String::from_utf8_lossy(&answer.body).contains("\"status\":\"success\""),
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        match proxy.send(request("prometheus", "POST")).await {
+            Err(ProxyError::Failed(e)) => assert!(
+                e.contains("HTTP 403")
+                    && e.contains("`create` on `services/proxy` named `http:prometheus:9090`"),
+                "{e}"
+            ),
+            other => panic!("a POST without `create` is refused: {other:?}"),
+        }
+        let admin = backend(&env.cluster(0).kubeconfig);
+        let proxy = admin.service_proxy().expect("via apiserver");
+        match proxy.send(request("nosuch", "GET")).await {
+            Err(ProxyError::NoService(e)) => assert!(e.contains("HTTP 404"), "{e}"),
+            other => panic!("a missing Service is NoService: {other:?}"),
+        }
+        let began = Instant::now();
+        match proxy.send(request("empty", "GET")).await {
+            Err(ProxyError::Failed(e)) => assert!(
+                e.contains("HTTP 503") && e.contains("no endpoints available"),
+                "{e}"
+            ),
+            other => panic!("a Service without endpoints fails: {other:?}"),
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "not retried: {:?}",
+            began.elapsed()
+        );
+        drop(serve);
+    });
+    drop(prometheus);
+}
+
+/// Creates `object` with `api` (the test's admin client).
+async fn create<K>(api: &Api<K>, object: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
 /// A `job` metric on a Kubernetes cluster is a Job made in that cluster, as Argo's `job`
 /// provider makes it, not a process beside the controller: its command exists only in the
 /// cluster's image (here, a path no local process could run; kwok completes the Job's Pod),

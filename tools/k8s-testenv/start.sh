@@ -11,12 +11,15 @@
 # (setpriv --pdeathsig). Exits non-zero as soon as any component exits.
 #
 # usage: start.sh --dir DIR [--clusters N] [--nodes M] [--crd FILE]... [--bin-dir BINDIR]
-#                 [--timeout SECONDS] [--token-webhook KUBECONFIG]
+#                 [--timeout SECONDS] [--token-webhook KUBECONFIG] [--egress-uds SOCKET]
 # --token-webhook: every API server also asks that token webhook (TokenReview v1) about bearer
 # tokens it does not know, as EKS's API servers ask their authenticator.
+# --egress-uds: every API server reaches the cluster network (its service, pod and node proxies)
+# through the HTTP CONNECT proxy on that Unix socket (an EgressSelectorConfiguration), as API
+# servers reach their nodes through a konnectivity server.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-DIR="" CLUSTERS=1 NODES=2 BIN="" TIMEOUT=180 WEBHOOK=""
+DIR="" CLUSTERS=1 NODES=2 BIN="" TIMEOUT=180 WEBHOOK="" EGRESS=""
 CRDS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +30,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) BIN="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --token-webhook) WEBHOOK="$2"; shift 2 ;;
+    --egress-uds) EGRESS="$2"; shift 2 ;;
     *) echo "start.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -164,6 +168,11 @@ contexts:
 current-context: cluster-$i
 EOF
   echo "API_PORT_$i=$port" >>"$DIR/env"
+  if [ -n "$EGRESS" ]; then
+    printf '%s\n' "apiVersion: apiserver.k8s.io/v1beta1" "kind: EgressSelectorConfiguration" \
+      "egressSelections:" "- name: cluster" "  connection:" "    proxyProtocol: HTTPConnect" \
+      "    transport:" "      uds:" "        udsName: $EGRESS" >"$c/egress.yaml"
+  fi
   run "kube-apiserver-$i" bash "$HERE/restartable.sh" "$c/apiserver" "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/cluster-$i" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
@@ -172,7 +181,8 @@ EOF
     --service-account-issuer "https://127.0.0.1:$port" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
-    ${WEBHOOK:+--authentication-token-webhook-config-file "$WEBHOOK" --authentication-token-webhook-version v1}
+    ${WEBHOOK:+--authentication-token-webhook-config-file "$WEBHOOK" --authentication-token-webhook-version v1} \
+    ${EGRESS:+--egress-selector-config-file "$c/egress.yaml"}
 done
 
 for i in $(seq 0 $((CLUSTERS - 1))); do

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flotilla_core::analysis::{MeasureRequest, MetricResult, Millis, Outcome};
+use flotilla_core::analysis::{MeasureRequest, MetricResult, Millis, Outcome, ServiceProxy};
 use flotilla_core::spec::analysis::GraphiteMetric;
 use serde::Deserialize;
 use serde_json::Value;
@@ -38,11 +38,12 @@ const PAST_SLACK_MS: Millis = 5_000;
 /// Runs one Graphite measurement.
 pub(crate) async fn measure(
     providers: &Providers,
+    proxy: Option<&dyn ServiceProxy>,
     metric: &GraphiteMetric,
     request: &MeasureRequest,
 ) -> Outcome {
     let pinned = pinned_now(request.at, wall_clock());
-    match run(providers.client(None), metric, pinned).await {
+    match run(providers.transport(None, proxy), metric, pinned).await {
         Ok((result, metadata)) => Outcome::Value { result, metadata },
         Err(message) => Outcome::Error(format!("graphite: {message}")),
     }
@@ -61,7 +62,7 @@ fn pinned_now(at: Millis, wall: Millis) -> Option<i64> {
 }
 
 async fn run(
-    client: &reqwest::Client,
+    transport: http::Transport<'_>,
     metric: &GraphiteMetric,
     pinned: Option<i64>,
 ) -> Result<(MetricResult, BTreeMap<String, String>), String> {
@@ -80,12 +81,8 @@ async fn run(
     let pairs = parse_query(&query).map_err(|e| format!("GET {shown}: {e}"))?;
     url.set_query(Some(&encode_query(pairs, pinned)));
 
-    let mut response = client
-        .get(url)
-        .timeout(TIMEOUT)
-        .send()
-        .await
-        .map_err(|e| http::describe_error("GET", &shown, e, TIMEOUT))?;
+    let builder = transport.client.get(url).timeout(TIMEOUT);
+    let mut response = transport.send(builder, "GET", &shown, TIMEOUT).await?;
     let status = response.status();
     let body = http::read_body(&mut response, MAX_RESPONSE_BYTES)
         .await

@@ -1,8 +1,10 @@
 //! What the HTTP providers share: headers that never leak their values, bounded body reads,
-//! addresses with their passwords redacted, and error messages that name the address and cause.
+//! addresses with their passwords redacted, error messages that name the address and cause, and
+//! the transport that sends in-cluster addresses through a cluster's API server.
 
 use std::time::Duration;
 
+use flotilla_core::analysis::{ProxyError, ServiceProxy, ServiceRequest};
 use flotilla_core::spec::analysis::{Authentication, WebMetricHeader};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use url::Url;
@@ -194,6 +196,181 @@ pub(crate) fn quote_body(body: &[u8]) -> String {
     }
 }
 
+/// The most bytes of body a Service proxy reads before the provider's own limit applies (the
+/// largest of the providers' limits).
+const PROXIED_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// How much longer than the request's own timeout a proxy may take before it is given up on
+/// without its word (it ends within the timeout itself, naming the cluster).
+const PROXY_GRACE: Duration = Duration::from_secs(2);
+
+/// Headers that belong to one connection (RFC 9110 §7.6.1), never passed through a proxy.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+];
+
+/// Where a provider's requests go: straight out of this process, or, for a cluster whose
+/// metrics are reached through its API server, to in-cluster Service addresses through that
+/// cluster's [`ServiceProxy`] (any other address still goes straight out).
+#[derive(Clone, Copy)]
+pub(crate) struct Transport<'a> {
+    /// Builds every request, and sends the direct ones.
+    pub(crate) client: &'a reqwest::Client,
+    /// The cluster's way in, when its metrics go through it.
+    pub(crate) proxy: Option<&'a dyn ServiceProxy>,
+}
+
+impl<'a> Transport<'a> {
+    /// Sends a built request and returns the response (any status), or a message naming the
+    /// method, the address and the cause.
+    pub(crate) async fn send(
+        &self,
+        builder: reqwest::RequestBuilder,
+        verb: &str,
+        shown: &str,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, String> {
+        let Some(proxy) = self.proxy else {
+            return builder
+                .send()
+                .await
+                .map_err(|e| describe_error(verb, shown, e, timeout));
+        };
+        let request = builder
+            .build()
+            .map_err(|e| describe_error(verb, shown, e, timeout))?;
+        let Some((service, namespace)) = service_of(request.url()) else {
+            return self
+                .client
+                .execute(request)
+                .await
+                .map_err(|e| describe_error(verb, shown, e, timeout));
+        };
+        let proxied = proxied_request(&request, service, namespace, timeout)
+            .map_err(|e| format!("{verb} {shown}: {e}"))?;
+        // The proxy ends within `timeout` and says why; this bound only backs that up.
+        let answer = tokio::time::timeout(timeout + PROXY_GRACE, proxy.send(proxied))
+            .await
+            .map_err(|_| {
+                format!(
+                    "{verb} {shown}: no answer through the cluster's API server within {}s",
+                    timeout.as_secs_f64()
+                )
+            })?;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(ProxyError::Failed(e)) => return Err(format!("{verb} {shown}: {e}")),
+            // Not a Service of the cluster: looked up outside it, as a Pod's resolver does once
+            // its cluster domains have no such name (`example.com` is no Service `example` in a
+            // namespace `com`).
+            Err(ProxyError::NoService(e)) => {
+                return self.client.execute(request).await.map_err(|direct| {
+                    format!(
+                        "{verb} {shown}: {e}; reached directly: {}",
+                        describe_error(verb, shown, direct, timeout)
+                    )
+                });
+            }
+        };
+        let mut response = ::http::Response::builder().status(answer.status);
+        for (name, value) in answer.headers {
+            response = response.header(name, value);
+        }
+        let response = response
+            .body(answer.body)
+            .map_err(|e| format!("{verb} {shown}: the proxied answer is not HTTP: {e}"))?;
+        Ok(reqwest::Response::from(response))
+    }
+}
+
+/// The Service a URL's host names in a cluster (`svc`, `svc.ns`, `svc.ns.svc`,
+/// `svc.ns.svc.<cluster domain>`), with its namespace when the host gives one; None for an IP,
+/// `localhost` or any other name (reached directly).
+pub(crate) fn service_of(url: &Url) -> Option<(String, Option<String>)> {
+    let url::Host::Domain(host) = url.host()? else {
+        return None;
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "localhost" {
+        return None;
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    match labels.as_slice() {
+        [service] => Some(((*service).to_owned(), None)),
+        [service, namespace] => Some(((*service).to_owned(), Some((*namespace).to_owned()))),
+        [service, namespace, "svc", ..] => {
+            Some(((*service).to_owned(), Some((*namespace).to_owned())))
+        }
+        _ => None,
+    }
+}
+
+/// The request for a Service proxy, without hop-by-hop headers. Refuses an `Authorization`
+/// header (the API server takes it as the caller's own credentials and does not pass it on) and
+/// `Impersonate-*` headers (the API server would act as someone else for the controller).
+fn proxied_request(
+    request: &reqwest::Request,
+    service: String,
+    namespace: Option<String>,
+    timeout: Duration,
+) -> Result<ServiceRequest, String> {
+    let url = request.url();
+    if request
+        .headers()
+        .contains_key(reqwest::header::AUTHORIZATION)
+    {
+        return Err("an Authorization header (basic auth, a bearer or InfluxDB token) cannot go through the cluster's API server: the API server takes it as the caller's own credentials and does not pass it on; give this metric an address the controller reaches directly (an IP or a name outside the cluster), or drop metrics.via".into());
+    }
+    if let Some(name) = request
+        .headers()
+        .keys()
+        .find(|name| name.as_str().starts_with("impersonate-"))
+    {
+        return Err(format!(
+            "header {name} cannot go through the cluster's API server: the API server would act as another identity for the controller"
+        ));
+    }
+    let port = url
+        .port_or_known_default()
+        .ok_or("the address has no port")?;
+    let mut path_and_query = url.path().to_owned();
+    if let Some(query) = url.query() {
+        path_and_query.push('?');
+        path_and_query.push_str(query);
+    }
+    let body = match request.body() {
+        None => Vec::new(),
+        Some(body) => body
+            .as_bytes()
+            .ok_or("a streamed request body cannot go through the cluster's API server")?
+            .to_vec(),
+    };
+    Ok(ServiceRequest {
+        method: request.method().as_str().to_owned(),
+        scheme: url.scheme().to_owned(),
+        service,
+        namespace,
+        port,
+        path_and_query,
+        headers: request
+            .headers()
+            .iter()
+            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()) && name.as_str() != "host")
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect(),
+        body,
+        timeout,
+        max_body: PROXIED_BODY_BYTES,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +423,99 @@ mod tests {
         assert!(quoted.ends_with("… (2000 bytes in all)"), "{quoted}");
         assert!(!quoted.contains('\u{FFFD}'));
         assert!(quoted.len() <= QUOTED_BODY_BYTES + 40);
+    }
+
+    #[test]
+    fn service_addresses_are_told_from_other_hosts() {
+        let of = |text: &str| service_of(&Url::parse(text).unwrap());
+        assert_eq!(
+            of("http://prometheus:9090"),
+            Some(("prometheus".into(), None))
+        );
+        for text in [
+            "http://prometheus.monitoring:9090/x",
+            "http://prometheus.monitoring.svc:9090",
+            "http://prometheus.monitoring.svc.cluster.local:9090",
+            "http://Prometheus.Monitoring.svc.example.org.:9090",
+        ] {
+            assert_eq!(
+                of(text),
+                Some(("prometheus".into(), Some("monitoring".into()))),
+                "{text}"
+            );
+        }
+        for text in [
+            "http://127.0.0.1:9090",
+            "http://[::1]:9090",
+            "http://localhost:9090",
+            "https://metrics.eu.example.com",
+        ] {
+            assert_eq!(of(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_proxied_request_keeps_path_query_body_and_headers_but_no_credentials() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let request = client
+            .post("https://graphite.obs:8443/render/x%20y?target=a&from=-5min#frag")
+            .header("x-scope", "tenant-1")
+            .body("{}")
+            .build()
+            .unwrap();
+        let proxied = proxied_request(
+            &request,
+            "graphite".into(),
+            Some("obs".into()),
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        assert_eq!(proxied.method, "POST");
+        assert_eq!(proxied.scheme, "https");
+        assert_eq!(proxied.port, 8443);
+        assert_eq!(proxied.path_and_query, "/render/x%20y?target=a&from=-5min");
+        assert_eq!(proxied.body, b"{}");
+        assert!(
+            proxied
+                .headers
+                .contains(&("x-scope".to_owned(), b"tenant-1".to_vec()))
+        );
+        let default_port = client.get("http://prometheus/api").build().unwrap();
+        let proxied =
+            proxied_request(&default_port, "prometheus".into(), None, Duration::ZERO).unwrap();
+        assert_eq!(
+            (proxied.port, proxied.path_and_query.as_str()),
+            (80, "/api")
+        );
+        let with_auth = client
+            .get("http://prometheus:9090/api")
+            .basic_auth("u", Some("p"))
+            .build()
+            .unwrap();
+        let refused =
+            proxied_request(&with_auth, "prometheus".into(), None, Duration::ZERO).unwrap_err();
+        assert!(refused.contains("Authorization"), "{refused}");
+        let impersonating = client
+            .get("http://prometheus:9090/api")
+            .header("Impersonate-User", "system:admin")
+            .header("Connection", "upgrade")
+            .build()
+            .unwrap();
+        let refused =
+            proxied_request(&impersonating, "prometheus".into(), None, Duration::ZERO).unwrap_err();
+        assert!(refused.contains("impersonate-user"), "{refused}");
+        let hop = client
+            .get("http://prometheus:9090/api")
+            .header("Connection", "upgrade")
+            .header("Upgrade", "websocket")
+            .header("TE", "trailers")
+            .header("Accept", "application/json")
+            .build()
+            .unwrap();
+        let proxied = proxied_request(&hop, "prometheus".into(), None, Duration::ZERO).unwrap();
+        let names: Vec<&str> = proxied.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["accept"]);
+        assert!(!refused.contains("dTpw"), "{refused}");
     }
 }

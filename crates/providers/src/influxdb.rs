@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_core::analysis::{MeasureRequest, MetricResult, Outcome, SecretStore};
+use flotilla_core::analysis::{MeasureRequest, MetricResult, Outcome, SecretStore, ServiceProxy};
 use flotilla_core::spec::analysis::InfluxdbMetric;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Number, Value, json};
@@ -23,10 +23,11 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// Runs one InfluxDB measurement.
 pub(crate) async fn measure(
     providers: &Providers,
+    proxy: Option<&dyn ServiceProxy>,
     metric: &InfluxdbMetric,
     _request: &MeasureRequest,
 ) -> Outcome {
-    match run(providers, metric).await {
+    match run(providers, proxy, metric).await {
         Ok((result, metadata)) => Outcome::Value { result, metadata },
         Err(message) => Outcome::Error(format!("influxdb: {message}")),
     }
@@ -62,6 +63,7 @@ fn profile(secrets: &dyn SecretStore, metric: &InfluxdbMetric) -> Result<Profile
 
 async fn run(
     providers: &Providers,
+    proxy: Option<&dyn ServiceProxy>,
     metric: &InfluxdbMetric,
 ) -> Result<(MetricResult, BTreeMap<String, String>), String> {
     let query = metric.query.as_deref().unwrap_or_default();
@@ -93,15 +95,16 @@ async fn run(
             "header": true,
         }
     });
-    let mut response = providers
-        .client(None)
+    let transport = providers.transport(None, proxy);
+    let builder = transport
+        .client
         .post(url)
         .headers(headers)
         .timeout(QUERY_TIMEOUT)
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| http::describe_error("POST", &shown, e, QUERY_TIMEOUT))?;
+        .body(body.to_string());
+    let mut response = transport
+        .send(builder, "POST", &shown, QUERY_TIMEOUT)
+        .await?;
     let status = response.status();
     let bytes = http::read_body(&mut response, MAX_RESPONSE_BYTES)
         .await

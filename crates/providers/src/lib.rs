@@ -23,7 +23,7 @@ mod web;
 
 use std::sync::Arc;
 
-use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome, SecretStore};
+use flotilla_core::analysis::{MeasureRequest, Measurer, Outcome, SecretStore, ServiceProxy};
 
 /// The providers this crate implements, by their JSON key in a metric's `provider` block.
 pub const SUPPORTED: &[&str] = &[
@@ -88,6 +88,34 @@ impl Providers {
 
 impl Measurer for Providers {
     async fn measure(&self, request: &MeasureRequest) -> Outcome {
+        self.measure_through(request, None).await
+    }
+}
+
+impl Providers {
+    /// The transport of one measurement: `insecure` picks the client; with `proxy`, in-cluster
+    /// Service addresses go through it.
+    pub(crate) fn transport<'a>(
+        &'a self,
+        insecure: Option<bool>,
+        proxy: Option<&'a dyn ServiceProxy>,
+    ) -> http::Transport<'a> {
+        http::Transport {
+            client: self.client(insecure),
+            proxy,
+        }
+    }
+
+    /// Takes one measurement; with `proxy` (a cluster whose `metrics.via` is `apiserver`), the
+    /// Prometheus, web, Graphite and InfluxDB requests to in-cluster Service addresses
+    /// (`http://prometheus.monitoring:9090`) go through that cluster's API server (one carrying
+    /// an `Authorization` header is refused there, as the API server would consume it), and
+    /// every other address, or a name the cluster has no Service for, is reached directly.
+    pub async fn measure_through(
+        &self,
+        request: &MeasureRequest,
+        proxy: Option<&dyn ServiceProxy>,
+    ) -> Outcome {
         if tokio::runtime::Handle::try_current().is_err() {
             return Outcome::Error("measurements must run inside a Tokio runtime".into());
         }
@@ -97,9 +125,10 @@ impl Measurer for Providers {
             [] => Outcome::Error(format!("metric {:?} has no provider", request.metric)),
             [_] => {
                 if let Some(metric) = &provider.prometheus {
-                    prometheus::measure(self.client(metric.insecure), metric, request).await
+                    prometheus::measure(self.transport(metric.insecure, proxy), metric, request)
+                        .await
                 } else if let Some(metric) = &provider.web {
-                    web::measure(self.client(metric.insecure), metric).await
+                    web::measure(self.transport(metric.insecure, proxy), metric).await
                 } else if let Some(metric) = &provider.job {
                     job::measure(metric).await
                 } else if let Some(metric) = &provider.datadog {
@@ -107,9 +136,9 @@ impl Measurer for Providers {
                 } else if let Some(metric) = &provider.new_relic {
                     newrelic::measure(self, metric, request).await
                 } else if let Some(metric) = &provider.influxdb {
-                    influxdb::measure(self, metric, request).await
+                    influxdb::measure(self, proxy, metric, request).await
                 } else if let Some(metric) = &provider.graphite {
-                    graphite::measure(self, metric, request).await
+                    graphite::measure(self, proxy, metric, request).await
                 } else if let Some(metric) = &provider.cloud_watch {
                     cloudwatch::measure(self, metric, request).await
                 } else {

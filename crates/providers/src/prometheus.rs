@@ -24,11 +24,11 @@ const MIN_STEP_MS: u64 = 1000;
 
 /// Runs one Prometheus measurement.
 pub(crate) async fn measure(
-    client: &reqwest::Client,
+    transport: http::Transport<'_>,
     metric: &PrometheusMetric,
     request: &MeasureRequest,
 ) -> Outcome {
-    match run(client, metric, request).await {
+    match run(transport, metric, request).await {
         Ok(outcome) => outcome,
         Err(message) => Outcome::Error(message),
     }
@@ -48,7 +48,7 @@ enum Plan {
 }
 
 async fn run(
-    client: &reqwest::Client,
+    transport: http::Transport<'_>,
     metric: &PrometheusMetric,
     request: &MeasureRequest,
 ) -> Result<Outcome, String> {
@@ -79,14 +79,11 @@ async fn run(
 
     let url = endpoint(&base, query, &plan);
     let shown = http::shown_endpoint(&url);
-    let mut builder = client.get(url).headers(headers).timeout(timeout);
+    let mut builder = transport.client.get(url).headers(headers).timeout(timeout);
     if let Some((username, password)) = basic_auth {
         builder = builder.basic_auth(username, Some(password));
     }
-    let mut response = builder
-        .send()
-        .await
-        .map_err(|e| http::describe_error("GET", &shown, e, timeout))?;
+    let mut response = transport.send(builder, "GET", &shown, timeout).await?;
     let status = response.status();
     let body = http::read_body(&mut response, MAX_RESPONSE_BYTES)
         .await

@@ -22,8 +22,8 @@ const DEFAULT_TIMEOUT_SECS: u64 = 10;
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Runs one web measurement.
-pub(crate) async fn measure(client: &reqwest::Client, metric: &WebMetric) -> Outcome {
-    match run(client, metric).await {
+pub(crate) async fn measure(transport: http::Transport<'_>, metric: &WebMetric) -> Outcome {
+    match run(transport, metric).await {
         Ok(result) => Outcome::Value {
             result,
             metadata: BTreeMap::new(),
@@ -32,7 +32,7 @@ pub(crate) async fn measure(client: &reqwest::Client, metric: &WebMetric) -> Out
     }
 }
 
-async fn run(client: &reqwest::Client, metric: &WebMetric) -> Result<MetricResult, String> {
+async fn run(transport: http::Transport<'_>, metric: &WebMetric) -> Result<MetricResult, String> {
     let method = match metric.method.as_deref().unwrap_or("GET") {
         "" | "GET" => Method::GET,
         "POST" => Method::POST,
@@ -70,7 +70,8 @@ async fn run(client: &reqwest::Client, metric: &WebMetric) -> Result<MetricResul
 
     let shown = http::shown_endpoint(&url);
     let verb = method.as_str().to_owned();
-    let mut builder = client
+    let mut builder = transport
+        .client
         .request(method, url)
         .headers(headers)
         .timeout(timeout);
@@ -80,10 +81,7 @@ async fn run(client: &reqwest::Client, metric: &WebMetric) -> Result<MetricResul
     if let Some(body) = body {
         builder = builder.body(body);
     }
-    let mut response = builder
-        .send()
-        .await
-        .map_err(|e| http::describe_error(&verb, &shown, e, timeout))?;
+    let mut response = transport.send(builder, &verb, &shown, timeout).await?;
     let status = response.status();
     let bytes = http::read_body(&mut response, MAX_RESPONSE_BYTES)
         .await

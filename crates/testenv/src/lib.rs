@@ -8,7 +8,11 @@
 //! (slow once, then cached): a missing binary is built, never skipped.
 //!
 //! The one stand-in is the kubelet: kwok fakes the Nodes and marks the Pods the scheduler bound
-//! Running and Ready with a `status.podIP`, as a kubelet would; no container runs.
+//! Running and Ready with a `status.podIP`, as a kubelet would; no container runs. With
+//! [`Options::pod_network`], the fake Pods also get a network, as part of that stand-in: each API
+//! server reaches the cluster network through a CONNECT proxy ([`PodNetwork`]) that takes every
+//! pod IP for this machine's loopback, so a Pod at `10.64.0.5:P` is the test's server on
+//! `127.0.0.1:P` (nothing leaves loopback).
 //!
 //! Teardown: dropping the [`TestEnv`] (also while unwinding from a panic) stops every process;
 //! if the test process dies outright, `setpriv --pdeathsig` kills them. Start the environment on
@@ -219,6 +223,9 @@ pub struct Options {
     /// A kubeconfig naming a token webhook (TokenReview v1) every API server asks about bearer
     /// tokens it does not know (EKS's authenticator, in the EKS tests).
     pub token_webhook: Option<PathBuf>,
+    /// Gives the fake Pods a network the API servers reach (their service, pod and node
+    /// proxies): see [`PodNetwork`].
+    pub pod_network: bool,
 }
 
 impl Default for Options {
@@ -229,6 +236,7 @@ impl Default for Options {
             crds: Vec::new(),
             timeout: Duration::from_secs(180),
             token_webhook: None,
+            pod_network: false,
         }
     }
 }
@@ -273,6 +281,7 @@ pub struct TestEnv {
     clusters: Vec<Cluster>,
     bin_dir: PathBuf,
     startup: Duration,
+    pod_network: Option<PodNetwork>,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -303,6 +312,13 @@ impl TestEnv {
         if let Some(webhook) = &options.token_webhook {
             cmd.arg("--token-webhook").arg(webhook);
         }
+        let pod_network = if options.pod_network {
+            let network = PodNetwork::start(&dir.path().join("pod-network.sock"))?;
+            cmd.arg("--egress-uds").arg(&network.socket);
+            Some(network)
+        } else {
+            None
+        };
         let started = Instant::now();
         let mut script = cmd
             .stdin(Stdio::null())
@@ -327,6 +343,7 @@ impl TestEnv {
             clusters: Vec::new(),
             bin_dir,
             startup: Duration::ZERO,
+            pod_network,
             dir: Some(dir),
         };
         loop {
@@ -455,6 +472,15 @@ impl TestEnv {
             .path()
     }
 
+    /// The addresses (`IP:PORT`) the API servers asked the pod network for, in order (empty
+    /// without [`Options::pod_network`]).
+    pub fn pod_network_dials(&self) -> Vec<String> {
+        self.pod_network
+            .as_ref()
+            .map(|n| n.dials.lock().expect("dials lock").clone())
+            .unwrap_or_default()
+    }
+
     /// How long start.sh took to report every cluster ready.
     pub fn startup(&self) -> Duration {
         self.startup
@@ -550,4 +576,99 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The fake Pods' network, part of the kubelet stand-in (no container runs, so no pod network
+/// exists): an HTTP CONNECT proxy on a Unix socket that every API server's egress selector uses
+/// for the `cluster` network (its service, pod and node proxies), as a konnectivity server
+/// carries that traffic in clusters whose control plane sits apart from their nodes. It takes
+/// every pod IP for this machine's loopback: `CONNECT 10.64.0.5:P` is a connection to
+/// `127.0.0.1:P`, so a Service whose Pods' `targetPort` is P reaches the test's server on that
+/// port. Stopped with the environment.
+#[derive(Debug)]
+pub struct PodNetwork {
+    socket: PathBuf,
+    dials: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PodNetwork {
+    fn start(socket: &Path) -> Result<PodNetwork, Error> {
+        let listener = std::os::unix::net::UnixListener::bind(socket)
+            .map_err(io(format!("binding {}", socket.display())))?;
+        let network = PodNetwork {
+            socket: socket.to_path_buf(),
+            dials: Default::default(),
+            stop: Default::default(),
+        };
+        let (dials, stop) = (network.dials.clone(), network.stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let dials = dials.clone();
+                std::thread::spawn(move || {
+                    let _ = tunnel(stream, &dials);
+                });
+            }
+        });
+        Ok(network)
+    }
+}
+
+impl Drop for PodNetwork {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accepting thread so that it sees the flag.
+        let _ = std::os::unix::net::UnixStream::connect(&self.socket);
+    }
+}
+
+/// One CONNECT: reads the request head, connects to loopback at the asked port, answers 200 (or
+/// 502), then copies both ways until either side closes.
+fn tunnel(
+    mut client: std::os::unix::net::UnixStream,
+    dials: &std::sync::Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if client.read(&mut byte)? == 0 || head.len() > 8192 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let target = head
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("CONNECT "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    let port = target
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok());
+    dials.lock().expect("dials lock").push(target);
+    let upstream = match port.map(|p| std::net::TcpStream::connect(("127.0.0.1", p))) {
+        Some(Ok(upstream)) => upstream,
+        _ => {
+            client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")?;
+            return Ok(());
+        }
+    };
+    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+    let (mut client_read, mut upstream_write) = (client.try_clone()?, upstream.try_clone()?);
+    let forward = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_read, &mut upstream_write);
+        let _ = upstream_write.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut upstream_read, mut client_write) = (upstream, client);
+    let _ = std::io::copy(&mut upstream_read, &mut client_write);
+    let _ = client_write.shutdown(std::net::Shutdown::Write);
+    let _ = forward.join();
+    Ok(())
 }

@@ -11,7 +11,10 @@ pub mod replay;
 pub mod run;
 
 pub use condition::{Condition, ConditionError, MetricResult};
-pub use provider::{MeasureRequest, Measurer, Millis, Outcome, SecretStore};
+pub use provider::{
+    MeasureRequest, Measurer, Millis, Outcome, ProxyError, SecretStore, ServiceProxy,
+    ServiceRequest, ServiceResponse,
+};
 
 use crate::spec::analysis::AnalysisPhase;
 

@@ -94,3 +94,77 @@ pub trait Measurer: Send + Sync {
     /// Takes one measurement.
     fn measure(&self, request: &MeasureRequest) -> impl Future<Output = Outcome> + Send;
 }
+
+/// One HTTP request to a Service in a cluster's own network (an in-cluster address such as
+/// `http://prometheus.monitoring:9090/api/v1/query?…`, taken apart), for a [`ServiceProxy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceRequest {
+    /// The HTTP method (`GET`, `POST`).
+    pub method: String,
+    /// `http` or `https`: how the proxy reaches the Service.
+    pub scheme: String,
+    /// The Service's name.
+    pub service: String,
+    /// The Service's namespace (None: the namespace of the cluster's Rollout, as a one-label
+    /// host resolves in the Rollout's Pods).
+    pub namespace: Option<String>,
+    /// The Service's port (its number, as written in the address).
+    pub port: u16,
+    /// The path and query, percent-encoded, starting with `/`.
+    pub path_and_query: String,
+    /// The request's headers (names lower-case), in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The request's body (empty for a GET).
+    pub body: Vec<u8>,
+    /// How long the whole exchange may take.
+    pub timeout: std::time::Duration,
+    /// The most bytes of response body to read; a longer body is an error.
+    pub max_body: usize,
+}
+
+/// What a Service answered through a [`ServiceProxy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceResponse {
+    /// The HTTP status (the proxy's own when it could not reach the Service, e.g. 503).
+    pub status: u16,
+    /// The response's headers, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The response's body.
+    pub body: Vec<u8>,
+}
+
+/// Why a [`ServiceProxy`] brought no answer from the Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyError {
+    /// The cluster has no such Service (or namespace): the address may name something outside
+    /// the cluster, as a Pod's resolver would then look it up outside. Says what was not found.
+    NoService(String),
+    /// Anything else: no answer, a timeout, a refusal, a body over `max_body`. Names the cluster
+    /// and the cause.
+    Failed(String),
+}
+
+impl std::fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProxyError::NoService(message) | ProxyError::Failed(message) => f.write_str(message),
+        }
+    }
+}
+
+/// A cluster's own way into its network, for metric providers that live there: on Kubernetes
+/// the API server's service proxy, with the cluster's credentials (a Fleet cluster's
+/// `metrics.via: apiserver`).
+///
+/// # Guarantees expected from implementations
+/// - `send` never panics; an answer of the Service with any status is an Ok; the proxy's own
+///   refusals are errors naming the cluster and the cause.
+/// - It ends within `request.timeout`, and never retries on its own (a retried query or POST is
+///   the provider's decision, not the transport's).
+pub trait ServiceProxy: Send + Sync {
+    /// Sends `request` to its Service and reads the whole answer.
+    fn send<'a>(
+        &'a self,
+        request: ServiceRequest,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ServiceResponse, ProxyError>> + Send + 'a>>;
+}

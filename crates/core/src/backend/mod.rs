@@ -289,6 +289,12 @@ pub trait ClusterBackend: Send + Sync {
         let _ = request;
         None
     }
+    /// The cluster's own way into its network for metric providers that live there (a Fleet
+    /// cluster's `metrics.via: apiserver`: Kubernetes' service proxy), or None: providers are
+    /// reached directly. By default None.
+    fn service_proxy(&self) -> Option<&dyn crate::analysis::ServiceProxy> {
+        None
+    }
     /// Tells the cluster's watchers `notice`, best effort (a notice that cannot be written is
     /// logged, never an error of the rollout). By default there is nowhere to tell it: the
     /// fleet's audit log and notifications carry it anyway.

@@ -21,6 +21,9 @@ pub struct ClusterSpec {
     pub region: Option<String>,
     /// Its metrics endpoint (the `metrics-address` argument).
     pub metrics_address: Option<String>,
+    /// Whether its metrics are reached through its own API server (`metrics.via: apiserver`):
+    /// an address then names a Service of this cluster, not a provider shared with others.
+    pub metrics_in_cluster: bool,
     /// Per-cluster argument overrides.
     pub overrides: BTreeMap<String, String>,
     /// Whether an abort there stays on the aborted spec, as Argo's abort does (a Kubernetes
@@ -123,7 +126,8 @@ impl FleetPlan {
                 ClusterSpec {
                     name: cluster.name.clone(),
                     region: cluster.region.clone(),
-                    metrics_address: cluster.metrics.as_ref().map(|m| m.address.clone()),
+                    metrics_address: cluster.metrics.as_ref().and_then(|m| m.address.clone()),
+                    metrics_in_cluster: cluster.metrics.as_ref().is_some_and(|m| m.via_apiserver()),
                     overrides,
                     aborts_in_place: cluster
                         .endpoint

@@ -117,24 +117,44 @@ pub(super) fn check_fleet(sink: &mut Sink, loaded: &LoadedManifest, fleet: &Flee
                 }
             },
         }
-        if let Some(metrics) = &cluster.metrics {
-            check_url(
-                sink,
-                loaded,
-                format!("{path}.metrics.address"),
-                &metrics.address,
-            );
-        } else if cluster
+        let kubernetes = cluster
             .endpoint
             .as_ref()
-            .is_some_and(|e| e.agent.is_none() && e.kubernetes.is_some())
+            .is_some_and(|e| e.agent.is_none() && e.kubernetes.is_some());
+        let metrics = cluster.metrics.as_ref();
+        if let Some(address) = metrics.and_then(|m| m.address.as_deref()) {
+            check_url(sink, loaded, format!("{path}.metrics.address"), address);
+        }
+        if let Some(metrics) = metrics
+            && metrics.address.is_none()
+            && metrics.via.is_none()
         {
+            sink.error(
+                loaded,
+                "fleet/kubernetes-metrics",
+                format!("{path}.metrics"),
+                format!(
+                    "cluster {:?}: metrics sets neither address nor via; set metrics.address, or metrics.via: apiserver on a Kubernetes cluster, or remove the block",
+                    cluster.name
+                ),
+            );
+        } else if metrics.is_some_and(|m| m.via_apiserver()) && !kubernetes {
+            sink.error(
+                loaded,
+                "fleet/kubernetes-metrics",
+                format!("{path}.metrics.via"),
+                format!(
+                    "cluster {:?}: metrics.via: apiserver goes through a Kubernetes API server's service proxy, and this cluster has no kubernetes endpoint",
+                    cluster.name
+                ),
+            );
+        } else if metrics.is_none() && kubernetes {
             sink.warn(
                 loaded,
                 "fleet/kubernetes-metrics",
                 path.clone(),
                 format!(
-                    "Kubernetes cluster {:?} has no metrics.address: the controller runs its analysis from outside the cluster, where an in-cluster address written in a template (http://prometheus.monitoring:9090) cannot be reached; set metrics.address to an address the controller reaches (it replaces a Prometheus metric's address in the template)",
+                    "Kubernetes cluster {:?} has no metrics.address and no metrics.via: the controller runs its analysis from outside the cluster, where an in-cluster address written in a template (http://prometheus.monitoring:9090) cannot be reached; set metrics.address to an address the controller reaches (it replaces a Prometheus metric's address in the template), or metrics.via: apiserver to reach the template's in-cluster addresses through the cluster's API server",
                     cluster.name
                 ),
             );
@@ -486,14 +506,17 @@ fn check_injected_args(
     {
         for (arg, missing) in [
             ("region", cluster.region.is_none()),
-            ("metrics-address", cluster.metrics.is_none()),
+            (
+                "metrics-address",
+                cluster.metrics.as_ref().is_none_or(|m| m.address.is_none()),
+            ),
         ] {
             if missing && used.contains(arg) {
                 sink.error(
                     loaded,
                     "fleet/injected-arg",
                     "spec.fleet",
-                    format!("the Rollout's analysis uses {{{{args.{arg}}}}}, but cluster {:?} has no {}", cluster.name, if arg == "region" { "region" } else { "metrics endpoint" }),
+                    format!("the Rollout's analysis uses {{{{args.{arg}}}}}, but cluster {:?} has no {}", cluster.name, if arg == "region" { "region" } else { "metrics.address" }),
                 );
             }
         }

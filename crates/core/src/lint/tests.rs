@@ -1597,6 +1597,29 @@ fn cases() -> Vec<Case> {
             fleet(&[], &[("endpoint", K8S_FLOTILLA), ("metrics", DROP)]),
             fleet(&[], &[("metrics", DROP)]),
         ),
+        // `via: apiserver` reaches the template's in-cluster addresses: no warning without an
+        // address; on a cluster with no API server it is an error.
+        case(
+            "fleet/kubernetes-metrics",
+            W,
+            "spec.clusters[0]",
+            fleet(&[("endpoint", K8S_FLOTILLA), ("metrics", DROP)], &[]),
+            fleet(&[("endpoint", K8S_FLOTILLA), ("metrics", "{via: apiserver}")], &[]),
+        ),
+        case(
+            "fleet/kubernetes-metrics",
+            E,
+            "spec.clusters[1].metrics.via",
+            fleet(&[], &[("metrics", "{via: apiserver}")]),
+            fleet(&[], &[("endpoint", K8S_FLOTILLA), ("metrics", "{via: apiserver}")]),
+        ),
+        case(
+            "fleet/kubernetes-metrics",
+            E,
+            "spec.clusters[1].metrics",
+            fleet(&[], &[("endpoint", K8S_FLOTILLA), ("metrics", "{}")]),
+            fleet(&[], &[("endpoint", K8S_FLOTILLA), ("metrics", "{via: apiserver, address: 'http://prometheus.monitoring:9090'}")]),
+        ),
         case(
             "fleet/waves",
             E,

@@ -294,9 +294,9 @@ fn a_long_outage_aborts_without_rejection_and_retry_completes_the_cluster() {
     assert!(by_name(&report).values().all(|c| c.outcome == "Promoted"));
 }
 
-#[test]
-fn clusters_failing_together_on_one_provider_are_one_metrics_provider_down() {
-    // prod-us-east and prod-ap-south read one Prometheus, down for 5 minutes into wave 3.
+/// The fleet's state messages when prod-us-east and prod-ap-south, each with `metrics` (a flow
+/// mapping's fields, e.g. `metrics: {...}`), lose their metrics for 5 minutes into wave 3.
+fn messages_of_an_outage_on_two_clusters(fields: &str) -> Vec<String> {
     let text = with(
         &quiet_fleet(),
         "",
@@ -308,9 +308,9 @@ fn clusters_failing_together_on_one_provider_are_one_metrics_provider_down() {
     )
     .replace(
         "    - {name: prod-us-east, region: us-east, labels: {tier: prod}}\n    - {name: prod-ap-south, region: ap-south, labels: {tier: prod}}",
-        "    - {name: prod-us-east, region: us-east, labels: {tier: prod}, metrics: {address: 'http://prometheus.shared:9090'}}\n    - {name: prod-ap-south, region: ap-south, labels: {tier: prod}, metrics: {address: 'http://prometheus.shared:9090'}}",
+        &format!("    - {{name: prod-us-east, region: us-east, labels: {{tier: prod}}, {fields}}}\n    - {{name: prod-ap-south, region: ap-south, labels: {{tier: prod}}, {fields}}}"),
     );
-    assert!(text.contains("prometheus.shared"));
+    assert!(text.contains(fields));
     let mut messages = Vec::new();
     run_with(&inputs(&text), 1, |view| {
         if messages.last() != Some(&view.state.message) {
@@ -318,6 +318,15 @@ fn clusters_failing_together_on_one_provider_are_one_metrics_provider_down() {
         }
     })
     .unwrap();
+    messages
+}
+
+#[test]
+fn clusters_failing_together_on_one_provider_are_one_metrics_provider_down() {
+    // prod-us-east and prod-ap-south read one Prometheus.
+    let messages = messages_of_an_outage_on_two_clusters(
+        "metrics: {address: 'http://prometheus.shared:9090'}",
+    );
     let down: Vec<&String> = messages
         .iter()
         .filter(|m| m.contains("MetricsProviderDown"))
@@ -328,6 +337,23 @@ fn clusters_failing_together_on_one_provider_are_one_metrics_provider_down() {
             && down[0].contains("prod-ap-south, prod-us-east"),
         "{}",
         down[0]
+    );
+}
+
+#[test]
+fn one_in_cluster_address_on_each_cluster_is_no_shared_provider() {
+    // The same outage, but the address is reached through each cluster's own API server
+    // (`metrics.via: apiserver`): one Prometheus per cluster, each named by the same address.
+    let messages = messages_of_an_outage_on_two_clusters(
+        "endpoint: {kubernetes: {context: sim}}, metrics: {address: 'http://prometheus.monitoring:9090', via: apiserver}",
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("prod-us-east")),
+        "the outage is reported: {messages:#?}"
+    );
+    assert!(
+        !messages.iter().any(|m| m.contains("MetricsProviderDown")),
+        "{messages:#?}"
     );
 }
 

@@ -388,6 +388,18 @@ pub fn validate_quantity(text: &str) -> Result<(), String> {
     if ok { Ok(()) } else { Err(bad()) }
 }
 
+/// Whether `text` is a DNS label (RFC 1123), as Kubernetes names namespaces and Services:
+/// lower-case letters, digits and `-`, at most 63, not starting or ending with `-`.
+pub fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 63
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

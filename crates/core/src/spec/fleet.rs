@@ -205,12 +205,36 @@ impl KubernetesEndpoint {
     }
 }
 
-/// A cluster's metrics provider.
+/// A cluster's metrics provider: its address, how the controller reaches it, or both.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MetricsEndpoint {
-    /// Provider address, e.g. a Prometheus at `http://127.0.0.1:9090`.
-    pub address: String,
+    /// Provider address, e.g. a Prometheus at `http://127.0.0.1:9090`; it replaces the
+    /// template's Prometheus address and reaches analysis as `metrics-address`. Unset: the
+    /// template's own address is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// How the controller reaches the provider. `apiserver` (Kubernetes clusters only): an
+    /// in-cluster Service address (`http://prometheus.monitoring:9090`) is reached through the
+    /// cluster's API server's service proxy, with the cluster's own credentials. Unset: directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<MetricsVia>,
+}
+
+impl MetricsEndpoint {
+    /// Whether in-cluster addresses go through the cluster's API server.
+    pub fn via_apiserver(&self) -> bool {
+        self.via == Some(MetricsVia::Apiserver)
+    }
+}
+
+/// How the controller reaches a cluster's metrics provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsVia {
+    /// Through the cluster's API server's service proxy
+    /// (`/api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/…`).
+    Apiserver,
 }
 
 /// A multi-cluster rollout: which Rollout, to which clusters, in which waves, with which gates.

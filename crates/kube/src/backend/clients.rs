@@ -17,9 +17,22 @@ type Key = (
     Option<String>,
 );
 
-/// The slot of one cluster's client: empty until it is made (made again after a failure), with
-/// the generation of the spoke Secret it was made from (0 for a kubeconfig file).
-pub type Slot = Arc<tokio::sync::Mutex<Option<(kube::Client, u64)>>>;
+/// The slot of one cluster's clients: empty until they are made (made again after a failure),
+/// with the generation of the spoke Secret they were made from (0 for a kubeconfig file).
+pub type Slot = Arc<tokio::sync::Mutex<Option<(ClusterClients, u64)>>>;
+
+/// One cluster's two clients, of the same configuration and credentials.
+#[derive(Clone)]
+pub struct ClusterClients {
+    /// The controller's own calls: kube's retries of 429/503/504, a read timeout, and the
+    /// cluster's in-flight bound.
+    pub api: kube::Client,
+    /// Metric requests through the API server's service proxy (`metrics.via: apiserver`): no
+    /// retries (the API server's 503 "no endpoints" is an answer, and a provider's query is not
+    /// the transport's to repeat), no read timeout (each request has its own), and a bound of
+    /// its own, so that slow metric providers never hold the controller's slots.
+    pub proxy: kube::Client,
+}
 
 /// A spoke Secret as the hub last read it: the spoke, or why it cannot be used; `generation`
 /// changes when the Secret does.

@@ -24,6 +24,7 @@ pub mod events;
 pub mod gateway;
 pub mod istio;
 pub mod objects;
+pub mod proxy;
 pub mod restart;
 pub mod routes;
 pub mod status;
@@ -74,6 +75,9 @@ pub struct KubeBackend {
     client: clients::Slot,
     watches: clients::WatchSlot,
     clients: clients::KubeClients,
+    /// Whether metric providers reach the cluster's Services through its API server
+    /// (`metrics.via: apiserver`).
+    via_apiserver: bool,
     memory: Mutex<Memory>,
 }
 
@@ -119,6 +123,11 @@ struct Memory {
 /// connections and the API server stops accepting them in time. Argo's controller is bounded
 /// likewise, by client-go's rate limiter over one HTTP/2 connection.
 const IN_FLIGHT: usize = 32;
+
+/// Metric requests through one cluster's API server's service proxy in flight at once (beyond
+/// it they wait): apart from [`IN_FLIGHT`], so that slow providers never delay the controller's
+/// own calls.
+const PROXY_IN_FLIGHT: usize = 16;
 
 /// How long a Secret read for analysis arguments is used before it is read again (a rotated
 /// credential reaches new measurements within this).
@@ -186,8 +195,16 @@ impl KubeBackend {
             client,
             watches,
             clients: clients.clone(),
+            via_apiserver: false,
             memory: Mutex::new(Memory::default()),
         }
+    }
+
+    /// This backend, its cluster's metric providers reached through its API server's service
+    /// proxy when `on` (the Fleet cluster's `metrics.via: apiserver`).
+    pub fn with_metrics_via_apiserver(mut self, on: bool) -> KubeBackend {
+        self.via_apiserver = on;
+        self
     }
 
     fn namespace(&self) -> &str {
@@ -197,6 +214,11 @@ impl KubeBackend {
     /// The cluster's client, made on first use from the kubeconfig, or from the hub's spoke
     /// Secret (made again when the Secret changed).
     async fn client(&self) -> Result<kube::Client, BackendError> {
+        Ok(self.clients().await?.api)
+    }
+
+    /// Both of the cluster's clients ([`clients::ClusterClients`]), made as [`Self::client`].
+    async fn clients(&self) -> Result<clients::ClusterClients, BackendError> {
         let spoke = match &self.endpoint.secret {
             None => None,
             Some(id) => Some(self.clients.spoke(id).ok_or_else(|| BackendError::Invalid {
@@ -242,9 +264,9 @@ impl KubeBackend {
                     })?,
                 ),
             };
-            let client = self.finish_client(config, eks).await?;
-            *slot = Some((client.clone(), generation));
-            return Ok(client);
+            let clients = self.finish_client(config, eks).await?;
+            *slot = Some((clients.clone(), generation));
+            return Ok(clients);
         }
         let file = self.endpoint.kubeconfig.as_deref();
         let invalid = |message: String| BackendError::Invalid {
@@ -267,19 +289,19 @@ impl KubeBackend {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| invalid(error_chain(&e)))?;
-        let client = self.finish_client(config, None).await?;
-        *slot = Some((client.clone(), 0));
-        Ok(client)
+        let clients = self.finish_client(config, None).await?;
+        *slot = Some((clients.clone(), 0));
+        Ok(clients)
     }
 
-    /// A client of `config` with the endpoint's server, the Rollout's namespace, the timeouts
-    /// and the in-flight bound (and EKS tokens on every request when `eks` is given), once the
-    /// cluster is seen to serve Argo's CRDs.
+    /// The clients of `config` with the endpoint's server, the Rollout's namespace, the
+    /// timeouts and the in-flight bounds (and EKS tokens on every request when `eks` is given),
+    /// once the cluster is seen to serve Argo's CRDs.
     async fn finish_client(
         &self,
         mut config: kube::Config,
         eks: Option<crate::eks::EksTokens>,
-    ) -> Result<kube::Client, BackendError> {
+    ) -> Result<clients::ClusterClients, BackendError> {
         if let Some(server) = &self.endpoint.server {
             config.cluster_url = server.parse().map_err(|e| BackendError::Invalid {
                 field: "endpoint.kubernetes.server".to_owned(),
@@ -290,22 +312,31 @@ impl KubeBackend {
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(15));
         config.write_timeout = Some(Duration::from_secs(15));
-        let builder =
-            kube::client::ClientBuilder::try_from(config).map_err(|e| BackendError::Invalid {
-                field: "endpoint.kubernetes".to_owned(),
-                message: format!("cluster {:?}: {}", self.cluster, error_chain(&e)),
+        let mut proxy_config = config.clone();
+        proxy_config.default_retry = false;
+        proxy_config.read_timeout = None;
+        let build = |config: kube::Config, in_flight: usize| {
+            let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| {
+                BackendError::Invalid {
+                    field: "endpoint.kubernetes".to_owned(),
+                    message: format!("cluster {:?}: {}", self.cluster, error_chain(&e)),
+                }
             })?;
-        let limit = tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT);
-        // The token goes on inside the bound: a request that waited for a slot gets a live one.
-        let client = match eks {
-            None => builder.with_layer(&limit).build(),
-            Some(tokens) => builder
-                .with_layer(&tokens.layer())
-                .with_layer(&limit)
-                .build(),
+            let limit = tower::limit::ConcurrencyLimitLayer::new(in_flight);
+            // The token goes on inside the bound: a request that waited for a slot gets a live
+            // one.
+            Ok::<_, BackendError>(match eks.clone() {
+                None => builder.with_layer(&limit).build(),
+                Some(tokens) => builder
+                    .with_layer(&tokens.layer())
+                    .with_layer(&limit)
+                    .build(),
+            })
         };
-        self.check_crds(&client).await?;
-        Ok(client)
+        let api = build(config, IN_FLIGHT)?;
+        self.check_crds(&api).await?;
+        let proxy = build(proxy_config, PROXY_IN_FLIGHT)?;
+        Ok(clients::ClusterClients { api, proxy })
     }
 
     /// Refuses a cluster without Argo Rollouts' CRDs serving `argoproj.io/v1alpha1` Rollouts
@@ -1493,6 +1524,11 @@ impl ClusterBackend for KubeBackend {
                 "the builtin provider reads a Flotilla agent's traffic statistics; a Kubernetes cluster has none (use a prometheus or web metric)".to_owned(),
             )
         })
+    }
+
+    fn service_proxy(&self) -> Option<&dyn flotilla_core::analysis::ServiceProxy> {
+        self.via_apiserver
+            .then_some(self as &dyn flotilla_core::analysis::ServiceProxy)
     }
 
     fn measure_job<'a>(&'a self, request: &'a MeasureRequest) -> Option<BoxFuture<'a, Outcome>> {

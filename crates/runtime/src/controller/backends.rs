@@ -43,14 +43,18 @@ impl Backends {
                     .rollout_source
                     .or(target.rollout_source)
                     .unwrap_or_default();
-                return Ok(Arc::new(KubeBackend::new(
-                    &cluster.name,
-                    kubernetes,
-                    source,
-                    &target.rollout,
-                    crate::clock::wall_clock,
-                    &clients,
-                )) as Arc<dyn ClusterBackend>);
+                let via_apiserver = cluster.metrics.as_ref().is_some_and(|m| m.via_apiserver());
+                return Ok(Arc::new(
+                    KubeBackend::new(
+                        &cluster.name,
+                        kubernetes,
+                        source,
+                        &target.rollout,
+                        crate::clock::wall_clock,
+                        &clients,
+                    )
+                    .with_metrics_via_apiserver(via_apiserver),
+                ) as Arc<dyn ClusterBackend>);
             }
             let Some(agent) = endpoint.and_then(|e| e.agent.clone()) else {
                 return Err(format!(

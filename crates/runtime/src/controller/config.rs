@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use flotilla_core::manifest::located::{ConfigError, parse_located};
-use flotilla_core::spec::common::parse_duration;
+use flotilla_core::spec::common::{is_dns_label, parse_duration};
 use serde::{Deserialize, Serialize};
 
 /// The daemon's configuration, as written.
@@ -267,17 +267,6 @@ pub const EVENTS: &[&str] = &[
     "desired-state-invalid",
     "cluster-paused",
 ];
-
-/// Whether `text` is a DNS label, as Kubernetes names namespaces.
-fn is_dns_label(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 63
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !text.starts_with('-')
-        && !text.ends_with('-')
-}
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7070))

@@ -214,7 +214,8 @@ impl FleetMachine {
 
     /// Says why clusters aborted on an analysis error: clusters whose metrics come from one
     /// provider address and erred together are one `MetricsProviderDown` condition naming the
-    /// provider, not one failure each.
+    /// provider, not one failure each (an address reached through each cluster's own API server
+    /// names a provider in each cluster: not grouped).
     fn errored_message(&self, errored: &[&str]) -> String {
         let mut by_provider: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         let mut alone = Vec::new();
@@ -223,6 +224,7 @@ impl FleetMachine {
                 .plan
                 .clusters
                 .get(*name)
+                .filter(|c| !c.metrics_in_cluster)
                 .and_then(|c| c.metrics_address.as_deref())
             {
                 Some(address) => by_provider.entry(address).or_default().push(name),

@@ -242,7 +242,8 @@ async fn poll(
     }
 }
 
-/// Sends each plain read to the cluster's backend (`builtin`) or to the metric providers; a
+/// Sends each plain read to the cluster's backend (`builtin`, a Kubernetes `job`) or to the
+/// metric providers (through the cluster's API server when its `metrics.via` says so); a
 /// composite metric's reads come through here one by one.
 pub(super) struct Routed<'a> {
     pub(super) backend: Option<&'a dyn ClusterBackend>,
@@ -264,7 +265,8 @@ impl Measurer for Routed<'_> {
                 ),
             }
         } else {
-            self.providers.measure(request).await
+            let proxy = self.backend.and_then(|b| b.service_proxy());
+            self.providers.measure_through(request, proxy).await
         }
     }
 }

@@ -18,6 +18,9 @@ use crate::controller::ServeError;
 /// The annotation (or label) of a spoke Secret giving the cluster's metrics address, which
 /// reaches analysis as `metrics-address`.
 pub const METRICS_ADDRESS: &str = "flotilla.dev/metrics-address";
+/// The Secret annotation (or label) that makes the spoke's metrics go through its API server
+/// (`apiserver`, as a Fleet cluster's `metrics.via`).
+pub const METRICS_VIA: &str = "flotilla.dev/metrics-via";
 
 /// Annotations the hub's tools put on its Rollout that are not copied to the spokes.
 const HUB_ONLY_ANNOTATIONS: &[&str] = &[
@@ -176,6 +179,24 @@ pub fn desired_of(read: HubRead, namespace: &str) -> DesiredSet {
     set
 }
 
+/// A spoke's metrics endpoint from its Secret's `flotilla.dev/metrics-address` and
+/// `flotilla.dev/metrics-via` (annotation or label). A `via` other than `apiserver` is kept as
+/// no `via` and logged: the cluster's analysis then reaches the address directly.
+fn metrics_of(labels: &BTreeMap<String, String>) -> Option<MetricsEndpoint> {
+    let address = labels.get(METRICS_ADDRESS).cloned();
+    let via = labels.get(METRICS_VIA).and_then(|via| match via.as_str() {
+        "apiserver" => Some(flotilla_core::spec::fleet::MetricsVia::Apiserver),
+        other => {
+            tracing::warn!(
+                value = other,
+                "{METRICS_VIA}: only `apiserver` is known; ignored"
+            );
+            None
+        }
+    });
+    (address.is_some() || via.is_some()).then_some(MetricsEndpoint { address, via })
+}
+
 /// The cluster a spoke Secret makes in a Fleet: its name and labels, reached through the
 /// Secret (an unusable Secret is that cluster's condition, named, never skipped).
 fn cluster_of(secret: &SpokeSecret, spokes: &flotilla_core::spec::fleet::Spokes) -> Cluster {
@@ -183,9 +204,7 @@ fn cluster_of(secret: &SpokeSecret, spokes: &flotilla_core::spec::fleet::Spokes)
     Cluster {
         name: secret.name.clone(),
         region: labels.get("topology.kubernetes.io/region").cloned(),
-        metrics: labels.get(METRICS_ADDRESS).map(|address| MetricsEndpoint {
-            address: address.clone(),
-        }),
+        metrics: metrics_of(&labels),
         labels,
         endpoint: Some(ClusterEndpoint {
             agent: None,
@@ -295,9 +314,10 @@ spec:
         assert_eq!(endpoint.secret.as_deref(), Some("argocd/us"));
         assert_eq!(endpoint.namespace(), "payments");
         assert_eq!(
-            us.metrics.as_ref().unwrap().address,
-            "http://127.0.0.1:9090"
+            us.metrics.as_ref().unwrap().address.as_deref(),
+            Some("http://127.0.0.1:9090")
         );
+        assert_eq!(us.metrics.as_ref().unwrap().via, None);
         assert!(desired.fleet.spec.spokes.is_none());
         // The hub's tracking stays in the hub; the user's annotations go on.
         let annotations = desired.rollout.metadata.annotations.as_ref().unwrap();
@@ -369,5 +389,29 @@ spec:
                 || errors.contains("only `flotilla serve` with a `hub` source"),
             "{errors}"
         );
+    }
+
+    #[test]
+    fn a_spokes_metrics_come_from_its_annotations() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(metrics_of(&labels(&[("ring", "early")])), None);
+        let via = metrics_of(&labels(&[(METRICS_VIA, "apiserver")])).unwrap();
+        assert!(via.via_apiserver() && via.address.is_none());
+        let both = metrics_of(&labels(&[
+            (METRICS_VIA, "apiserver"),
+            (METRICS_ADDRESS, "http://prometheus.monitoring:9090"),
+        ]))
+        .unwrap();
+        assert!(both.via_apiserver());
+        assert_eq!(
+            both.address.as_deref(),
+            Some("http://prometheus.monitoring:9090")
+        );
+        assert_eq!(metrics_of(&labels(&[(METRICS_VIA, "direct")])), None);
     }
 }

@@ -14,7 +14,8 @@
 //!
 //! Run with `cargo bench --bench kubernetes_rollouts`; `K8S_BENCH_N` (default 100) sets N,
 //! `K8S_BENCH_ONLY=flotilla|argo` runs one side, `K8S_BENCH_TIMEOUT` (seconds, default 600)
-//! bounds each phase, `K8S_BENCH_HEAPTRACK=FILE` profiles Flotilla's heap with heaptrack.
+//! bounds each phase, `K8S_BENCH_HEAPTRACK=FILE` profiles Flotilla's heap with heaptrack,
+//! `K8S_BENCH_FLOTILLA_ENV="K=V ..."` sets variables for Flotilla's controller alone.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -170,11 +171,23 @@ async fn flotilla(env: &TestEnv, n: usize, limit: Duration) -> Result<()> {
     let mut command = match &heaptrack {
         Some(file) => {
             let mut c = Command::new("heaptrack");
-            c.args(["-o", file]).arg(&exe);
+            // `flotilla serve` runs itself again with `MALLOC_ARENA_MAX` when the environment
+            // has none, and heaptrack would profile only the process before that `exec`.
+            c.args(["-o", file]).arg(&exe).env("MALLOC_ARENA_MAX", "2");
             c
         }
         None => Command::new(&exe),
     };
+    // `K8S_BENCH_FLOTILLA_ENV="K=V K2=V2"`: variables for the controller alone (an allocator's
+    // settings, or `LD_PRELOAD` of another allocator, measured without touching the rest).
+    if let Ok(vars) = std::env::var("K8S_BENCH_FLOTILLA_ENV") {
+        for pair in vars.split_whitespace() {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("K8S_BENCH_FLOTILLA_ENV: {pair:?} is not KEY=VALUE"))?;
+            command.env(k, v);
+        }
+    }
     let mut child = command
         .args(["serve", "--config", "serve.yaml"])
         .current_dir(dir.path())

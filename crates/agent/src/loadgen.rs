@@ -6,7 +6,9 @@
 //! request is issued to the end of its response body). Only loopback targets are accepted.
 //!
 //! [`run_closed`] is the closed-loop counterpart for throughput: a fixed number of keep-alive
-//! connections, each sending its next request as soon as the last one is answered.
+//! connections, each sending its next request as soon as the last one is answered;
+//! [`run_closed_with`] also speaks HTTP/2 (h2c, prior knowledge) with several streams in flight
+//! on each connection.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -26,6 +28,10 @@ use tokio::sync::{Mutex, Semaphore};
 
 /// Requests allowed in flight at once; past it a scheduled request is counted as not sent.
 const MAX_IN_FLIGHT: usize = 8192;
+/// Keep-alive connections a closed-loop run may hold at once.
+const MAX_CONNECTIONS: usize = 100_000;
+/// HTTP/2 streams a closed-loop run may keep in flight on one connection.
+const MAX_STREAMS: usize = 1_000;
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -217,6 +223,16 @@ fn client(max_idle_per_host: usize) -> HttpClient {
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(max_idle_per_host)
+        .build(connector)
+}
+
+/// A client that speaks HTTP/2 only, with prior knowledge (h2c): one connection per target,
+/// every request a stream on it.
+fn h2_client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
         .build(connector)
 }
 
@@ -441,6 +457,56 @@ pub async fn run_until(
     Ok(report(done, elapsed))
 }
 
+/// How a closed-loop run talks to its targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosedLoop {
+    /// Keep-alive connections, spread round robin over the targets.
+    pub connections: usize,
+    /// Requests each connection keeps in flight: 1 for HTTP/1.1 (no pipelining), up to
+    /// [`MAX_STREAMS`] for HTTP/2.
+    pub streams: usize,
+    /// HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
+    pub http2: bool,
+}
+
+impl ClosedLoop {
+    /// `connections` HTTP/1.1 keep-alive connections, one request in flight on each.
+    pub fn http1(connections: usize) -> ClosedLoop {
+        ClosedLoop {
+            connections,
+            streams: 1,
+            http2: false,
+        }
+    }
+
+    /// `connections` HTTP/2 connections with `streams` requests in flight on each.
+    pub fn http2(connections: usize, streams: usize) -> ClosedLoop {
+        ClosedLoop {
+            connections,
+            streams,
+            http2: true,
+        }
+    }
+
+    fn check(&self) -> Result<(), LoadError> {
+        if self.connections == 0 || self.connections > MAX_CONNECTIONS {
+            return Err(LoadError::Invalid(format!(
+                "connections must be between 1 and {MAX_CONNECTIONS}, not {}",
+                self.connections
+            )));
+        }
+        let most = if self.http2 { MAX_STREAMS } else { 1 };
+        if self.streams == 0 || self.streams > most {
+            return Err(LoadError::Invalid(format!(
+                "streams per connection must be between 1 and {most} for {}, not {}",
+                if self.http2 { "HTTP/2" } else { "HTTP/1.1" },
+                self.streams
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Sends closed-loop load, to measure the most a server sustains: `connections` workers spread
 /// round-robin over the targets, each with its own keep-alive connection, each sending its next
 /// request as soon as the last response is in, for `duration` and at most `max_requests`
@@ -451,36 +517,54 @@ pub async fn run_closed(
     duration: Duration,
     max_requests: u64,
 ) -> Result<Report, LoadError> {
+    run_closed_with(
+        targets,
+        ClosedLoop::http1(connections),
+        duration,
+        max_requests,
+    )
+    .await
+}
+
+/// [`run_closed`] with the protocol and the requests in flight per connection chosen: with
+/// HTTP/2, each connection's `streams` workers share it, each sending its next request as soon
+/// as its last response is in.
+pub async fn run_closed_with(
+    targets: &[Target],
+    shape: ClosedLoop,
+    duration: Duration,
+    max_requests: u64,
+) -> Result<Report, LoadError> {
     let plans = Arc::new(plan(targets, None)?);
-    if connections == 0 || connections > MAX_IN_FLIGHT {
-        return Err(LoadError::Invalid(format!(
-            "connections must be between 1 and {MAX_IN_FLIGHT}, not {connections}"
-        )));
-    }
+    shape.check()?;
     let budget = Arc::new(AtomicU64::new(max_requests));
     let start = Instant::now();
     let deadline = start + duration;
     let mut workers = Vec::new();
-    for worker in 0..connections {
-        let plans = plans.clone();
-        let budget = budget.clone();
-        workers.push(tokio::spawn(async move {
-            let index = worker % plans.len();
-            let plan = &plans[index];
-            // One connection: a client of its own that keeps one idle connection.
-            let client = client(1);
-            let mut tally = Tally::new(&plan.url, 0.0);
-            while Instant::now() < deadline
-                && budget
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
-                    .is_ok()
-            {
-                let issued = Instant::now();
-                let result = send(&client, plan.request()).await;
-                tally.record(result, issued.elapsed());
-            }
-            (index, tally)
-        }));
+    for connection in 0..shape.connections {
+        let index = connection % plans.len();
+        // One connection: a client of its own that keeps one idle connection (HTTP/1.1), or
+        // that multiplexes every request on one (HTTP/2).
+        let client = if shape.http2 { h2_client() } else { client(1) };
+        for _ in 0..shape.streams {
+            let plans = plans.clone();
+            let budget = budget.clone();
+            let client = client.clone();
+            workers.push(tokio::spawn(async move {
+                let plan = &plans[index];
+                let mut tally = Tally::new(&plan.url, 0.0);
+                while Instant::now() < deadline
+                    && budget
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                        .is_ok()
+                {
+                    let issued = Instant::now();
+                    let result = send(&client, plan.request()).await;
+                    tally.record(result, issued.elapsed());
+                }
+                (index, tally)
+            }));
+        }
     }
     let mut tallies: Vec<Tally> = plans.iter().map(|p| Tally::new(&p.url, 0.0)).collect();
     for worker in workers {
@@ -551,6 +635,39 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("connections"), "{err}");
+        server.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_http2_closed_loop_run_multiplexes_its_streams_on_its_connections() {
+        let server = crate::demo_app::DemoServer::start(crate::demo_app::DemoConfig::default())
+            .await
+            .unwrap();
+        let targets = [Target::new(format!("http://{}/x", server.local_addr()))];
+        let report = run_closed_with(
+            &targets,
+            ClosedLoop::http2(2, 8),
+            Duration::from_secs(60),
+            400,
+        )
+        .await
+        .unwrap();
+        assert_eq!(report.sent, 400, "{report:?}");
+        assert_eq!(report.status_counts.get(&200), Some(&400), "{report:?}");
+        assert_eq!(server.requests_served(), 400);
+        // HTTP/1.1 has no streams to multiplex; a run that asks for them is refused.
+        let err = run_closed_with(
+            &targets,
+            ClosedLoop {
+                streams: 2,
+                ..ClosedLoop::http1(1)
+            },
+            Duration::from_secs(1),
+            1,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("HTTP/1.1"), "{err}");
         server.shutdown().await;
     }
 

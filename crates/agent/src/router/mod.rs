@@ -15,6 +15,7 @@
 
 mod endpoints;
 mod matching;
+mod pool;
 mod proxy;
 
 use std::borrow::Cow;
@@ -36,7 +37,8 @@ use matching::spec_error;
 use proxy::forward;
 
 pub use matching::{Mirror, Route, SpecError, compile_mirror, compile_route};
-pub use proxy::{ProxyBody, Upstreams, full, upstreams};
+pub use pool::{ProxyBody, UpstreamError, Upstreams};
+pub use proxy::{full, upstreams};
 
 /// The response header that names the subset a request was routed to.
 pub const SUBSET_HEADER: &str = "x-flotilla-subset";

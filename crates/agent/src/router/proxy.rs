@@ -8,39 +8,24 @@ use std::time::Duration;
 use bytes::Bytes;
 use flotilla_agent_backend::client::error_chain;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::{PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::{Body, Incoming};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use super::endpoints::{Endpoint, SubsetEndpoints};
-
-/// The body type the router sends and answers with.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+use super::pool::{ProxyBody, Upstreams};
 
 /// The largest request body the router buffers to mirror a request.
 const MIRROR_BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// How long an upstream has to answer with a response head.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An HTTP client to the upstreams with its own pool of keep-alive connections. The router's
-/// threads each hold one, so a request and the upstream connection it rides on are driven by
-/// the same thread (no cross-thread wakeup per request).
-pub type Upstreams = Client<HttpConnector, ProxyBody>;
-
-/// A new client to the upstreams, with its own connection pool, whose connections are driven
-/// by the runtime it is first used on.
+/// A new pool of connections to the upstreams, whose connections are driven by the runtime
+/// they are made on. The router's threads each hold one, so a request and the upstream
+/// connection it rides on are driven by the same thread (no cross-thread wakeup per request).
 pub fn upstreams() -> Upstreams {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(10)));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
+    Upstreams::default()
 }
 
 /// Forwards a request to an endpoint of `subset` (another one when the connection cannot be
@@ -81,15 +66,10 @@ pub(super) async fn forward(
                  headers: &mut Option<HeaderMap>,
                  last: bool|
      -> Option<Request<ProxyBody>> {
-        let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(target.authority.clone())
-            .path_and_query(path.clone())
-            .build()
-            .ok()?;
+        // Origin-form, as HTTP/1.1 sends it to a server that is not a proxy.
         let mut req = Request::builder()
             .method(parts.method.clone())
-            .uri(uri)
+            .uri(Uri::from(path.clone()))
             .body(body)
             .ok()?;
         *req.headers_mut() = if last {
@@ -97,6 +77,11 @@ pub(super) async fn forward(
         } else {
             headers.clone()?
         };
+        if !req.headers().contains_key(header::HOST)
+            && let Ok(v) = HeaderValue::from_str(target.authority.as_str())
+        {
+            req.headers_mut().insert(header::HOST, v);
+        }
         Some(req)
     };
 
@@ -133,9 +118,10 @@ pub(super) async fn forward(
         && let Some(req) = build(&target, make_body(&mut None), &mut headers, false)
     {
         let client = client.clone();
+        let addr = target.addr;
         tokio::spawn(async move {
             if let Ok(Ok(response)) =
-                tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await
+                tokio::time::timeout(UPSTREAM_TIMEOUT, client.send(addr, req)).await
             {
                 let _ =
                     tokio::time::timeout(UPSTREAM_TIMEOUT, response.into_body().collect()).await;
@@ -172,11 +158,10 @@ pub(super) async fn forward(
                 format!("cannot forward a request for {path:?}\n"),
             );
         };
-        match tokio::time::timeout(UPSTREAM_TIMEOUT, client.request(req)).await {
-            Ok(Ok(response)) => {
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                return Response::from_parts(parts, body.boxed());
+        match tokio::time::timeout(UPSTREAM_TIMEOUT, client.send(addr, req)).await {
+            Ok(Ok(mut response)) => {
+                strip_hop_by_hop(response.headers_mut());
+                return response;
             }
             Ok(Err(e)) if e.is_connect() && retryable && tried.len() < 3 => continue,
             Ok(Err(e)) => {
@@ -210,8 +195,8 @@ fn list(addrs: &[SocketAddr]) -> String {
 }
 
 /// The hop-by-hop headers (RFC 9110 §7.6.1), as names ready to look up (no parsing per
-/// request).
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// request; a `static`, as a `const` array would be made and dropped at every use).
+static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -238,7 +223,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
+    for name in HOP_BY_HOP.iter() {
         headers.remove(name);
     }
 }

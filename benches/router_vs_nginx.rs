@@ -176,8 +176,8 @@ async fn wait_for(url: &str, children: &mut Children) -> Result<()> {
     }
 }
 
-/// nginx's configuration: HTTP/1.1 on `port`, HTTP/2 with prior knowledge on `h2_port` (nginx
-/// 1.22 speaks h2c only on a port of its own; the agent's router takes both on one).
+/// nginx's configuration: HTTP/1.1 on `port`, HTTP/2 with prior knowledge (h2c) on `h2_port`,
+/// through its `http2` listen parameter (the agent's router takes both on one port).
 fn nginx_config(dir: &Path, port: u16, h2_port: u16, upstreams: &[(&str, u16)]) -> String {
     let group = |subset: &str| {
         upstreams
@@ -185,6 +185,19 @@ fn nginx_config(dir: &Path, port: u16, h2_port: u16, upstreams: &[(&str, u16)]) 
             .filter(|(s, _)| *s == subset)
             .map(|(_, p)| format!("        server 127.0.0.1:{p};\n"))
             .collect::<String>()
+    };
+    // One server per listener, the same proxying in each.
+    let server = |listen: String| {
+        format!(
+            "\x20   server {{\n\
+             \x20       listen {listen} reuseport backlog=4096;\n\
+             \x20       location / {{\n\
+             \x20           proxy_pass http://$subset;\n\
+             \x20           proxy_http_version 1.1;\n\
+             \x20           proxy_set_header Connection \"\";\n\
+             \x20       }}\n\
+             \x20   }}\n"
+        )
     };
     let d = dir.display();
     format!(
@@ -207,25 +220,12 @@ fn nginx_config(dir: &Path, port: u16, h2_port: u16, upstreams: &[(&str, u16)]) 
          \x20       {CANARY_WEIGHT}% canary;\n\
          \x20       * stable;\n\
          \x20   }}\n\
-         \x20   server {{\n\
-         \x20       listen 127.0.0.1:{port} reuseport backlog=4096;\n\
-         \x20       location / {{\n\
-         \x20           proxy_pass http://$subset;\n\
-         \x20           proxy_http_version 1.1;\n\
-         \x20           proxy_set_header Connection \"\";\n\
-         \x20       }}\n\
-         \x20   }}\n\
-         \x20   server {{\n\
-         \x20       listen 127.0.0.1:{h2_port} http2 reuseport backlog=4096;\n\
-         \x20       location / {{\n\
-         \x20           proxy_pass http://$subset;\n\
-         \x20           proxy_http_version 1.1;\n\
-         \x20           proxy_set_header Connection \"\";\n\
-         \x20       }}\n\
-         \x20   }}\n\
+         {http1}{h2}\
          }}\n",
         stable = group("stable"),
         canary = group("canary"),
+        http1 = server(format!("127.0.0.1:{port}")),
+        h2 = server(format!("127.0.0.1:{h2_port} http2")),
     )
 }
 

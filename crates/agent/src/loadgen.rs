@@ -218,21 +218,15 @@ fn plan(targets: &[Target], rate: Option<f64>) -> Result<Vec<Plan>, LoadError> {
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
-fn client(max_idle_per_host: usize) -> HttpClient {
+/// A client keeping at most `max_idle_per_host` idle connections per target; with `http2`,
+/// one that speaks HTTP/2 only, with prior knowledge (h2c): one connection per target, every
+/// request a stream on it.
+fn client(max_idle_per_host: usize, http2: bool) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(max_idle_per_host)
-        .build(connector)
-}
-
-/// A client that speaks HTTP/2 only, with prior knowledge (h2c): one connection per target,
-/// every request a stream on it.
-fn h2_client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .http2_only(true)
+        .http2_only(http2)
         .build(connector)
 }
 
@@ -389,7 +383,7 @@ pub async fn run_until(
             stopped.store(true, Ordering::Relaxed);
         })
     };
-    let client = client(usize::MAX);
+    let client = client(usize::MAX, false);
     let budget = Arc::new(AtomicU64::new(max_requests));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let start = Instant::now();
@@ -545,7 +539,7 @@ pub async fn run_closed_with(
         let index = connection % plans.len();
         // One connection: a client of its own that keeps one idle connection (HTTP/1.1), or
         // that multiplexes every request on one (HTTP/2).
-        let client = if shape.http2 { h2_client() } else { client(1) };
+        let client = client(1, shape.http2);
         for _ in 0..shape.streams {
             let plans = plans.clone();
             let budget = budget.clone();

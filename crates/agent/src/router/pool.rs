@@ -1,7 +1,7 @@
 //! Keep-alive HTTP/1.1 connections to the upstreams: a request takes an idle connection to its
 //! endpoint or makes one, and the connection comes back to the pool when the response's body
 //! has been read to its end. Each router thread holds a pool of its own, so a request and the
-//! connection it rides on are driven by one thread, and the pool's lock is never contended.
+//! connection it rides on are driven by one thread, and that pool's lock is not contended.
 //!
 //! Keyed by the endpoint's socket address, one lookup per request (hyper-util's general client
 //! hashed its pool key three times a request and boxed its futures).
@@ -171,8 +171,9 @@ impl Upstreams {
         }
     }
 
-    /// An idle connection to `addr` ready for a request, the latest returned first (its
-    /// socket is the warmest); closed and expired ones are dropped on the way.
+    /// An idle connection to `addr` ready for a request, taken from the end the connections
+    /// are given back to (recently used ones first); closed and expired ones are dropped on
+    /// the way.
     fn take(&self, addr: SocketAddr) -> Option<Sender> {
         let now = Instant::now();
         let mut idle = self.idle.lock().expect("upstream pool");

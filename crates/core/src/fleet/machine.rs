@@ -45,8 +45,9 @@ pub struct FleetMachine {
     pub(crate) state: FleetState,
     /// Decisions made since the last tick's output.
     pub(crate) events: Pending,
-    /// Each cluster's run plans, by run.
-    run_plans: BTreeMap<String, Vec<(RunKey, Arc<RunPlan>)>>,
+    /// Each cluster's run plans, by run: at the cluster's place in `names` (a tick reaches a
+    /// cluster's plans by its place, not by a lookup of its name).
+    run_plans: Vec<Vec<(RunKey, Arc<RunPlan>)>>,
     /// Plans by content ([`plan_key`]): clusters whose templates read none of their own
     /// arguments share one plan.
     plan_pool: BTreeMap<String, Arc<RunPlan>>,
@@ -56,6 +57,8 @@ pub struct FleetMachine {
     known: BTreeMap<String, (Arc<str>, Arc<Rollout>)>,
     /// The clusters' names, in order (one list for every tick).
     names: Arc<[String]>,
+    /// Each wave's members by their places in the state's clusters (and in `names`).
+    wave_places: Vec<Vec<usize>>,
     /// The wave-level analysis plan of one wave (derived again after a restore).
     wave_plan: Option<(usize, Result<Arc<RunPlan>, String>)>,
     /// Per-cluster overlays (from the desired state's source).
@@ -102,10 +105,11 @@ impl FleetMachine {
                 rollout::template_hash(revisions.next).into(),
             ),
             names: state.clusters.keys().cloned().collect(),
+            wave_places: Vec::new(),
             plan: plan.clone(),
             state,
             events: Pending::default(),
-            run_plans: BTreeMap::new(),
+            run_plans: Vec::new(),
             plan_pool: BTreeMap::new(),
             known: BTreeMap::new(),
             wave_plan: None,
@@ -153,7 +157,11 @@ impl FleetMachine {
         self.plan
             .cluster_secrets
             .insert(cluster.to_owned(), secrets);
-        self.run_plans.remove(cluster);
+        if let Some(plans) =
+            (self.state.clusters.place(cluster).ok()).and_then(|i| self.run_plans.get_mut(i))
+        {
+            plans.clear();
+        }
     }
 
     /// The plan.
@@ -195,15 +203,51 @@ impl FleetMachine {
     /// was of (its wave index maps the times).
     fn fit(&mut self, old: &FleetPlan) {
         let plan = &self.plan;
-        self.state
+        // The plan's clusters, each with its state (NotStarted for a joiner): one merge pass.
+        let mut before = std::mem::take(&mut self.state.clusters)
+            .into_iter()
+            .peekable();
+        self.state.clusters = plan
             .clusters
-            .retain(|name, _| plan.clusters.contains_key(name));
-        for name in plan.clusters.keys() {
-            self.state.clusters.entry(name.clone()).or_default();
-        }
-        self.names = self.state.clusters.keys().cloned().collect();
-        self.run_plans
-            .retain(|name, _| plan.clusters.contains_key(name));
+            .keys()
+            .map(|name| {
+                while before.next_if(|(old, _)| old < name).is_some() {}
+                let state = before
+                    .next_if(|(old, _)| old == name)
+                    .map(|(_, state)| state)
+                    .unwrap_or_default();
+                (name.clone(), state)
+            })
+            .collect();
+        drop(before);
+        // The run plans follow their clusters to their new places.
+        let names: Arc<[String]> = self.state.clusters.keys().cloned().collect();
+        let mut before = std::mem::take(&mut self.run_plans)
+            .into_iter()
+            .zip(self.names.iter())
+            .peekable();
+        self.run_plans = names
+            .iter()
+            .map(|name| {
+                while before.next_if(|(_, old)| *old < name).is_some() {}
+                match before.next_if(|(_, old)| *old == name) {
+                    Some((plans, _)) => plans,
+                    None => Vec::new(),
+                }
+            })
+            .collect();
+        drop(before);
+        self.names = names;
+        self.wave_places = plan
+            .waves
+            .iter()
+            .map(|members| {
+                members
+                    .iter()
+                    .filter_map(|name| self.state.clusters.place(name).ok())
+                    .collect()
+            })
+            .collect();
         self.overlaid_for = None;
         let count = plan.waves.len();
         let (mut started, mut completed) = (vec![None; count], vec![None; count]);
@@ -270,10 +314,18 @@ impl FleetMachine {
         Some(plan)
     }
 
-    fn run_plan(&mut self, rollout: &Rollout, cluster: &str, run: RunKey) -> Option<Arc<RunPlan>> {
+    /// The plan of the run `run` of the cluster at `place` (in `names`, as in the state's
+    /// clusters): derived once, then kept until the cluster's inputs change.
+    fn run_plan_at(
+        &mut self,
+        place: usize,
+        rollout: &Rollout,
+        cluster: &str,
+        run: RunKey,
+    ) -> Option<Arc<RunPlan>> {
         if let Some((_, plan)) = self
             .run_plans
-            .get(cluster)
+            .get(place)
             .and_then(|plans| plans.iter().find(|(key, _)| *key == run))
         {
             return Some(plan.clone());
@@ -288,16 +340,24 @@ impl FleetMachine {
                 plan
             }
         };
-        self.run_plans
-            .entry(cluster.to_owned())
-            .or_default()
-            .push((run, plan.clone()));
+        if let Some(plans) = self.run_plans.get_mut(place) {
+            plans.push((run, plan.clone()));
+        }
         Some(plan)
     }
 
     /// The spec a cluster runs now, and its template hash.
     fn spec_for<'r>(&self, name: &str, revisions: &Revisions<'r>) -> (SpecRef<'r>, Arc<str>) {
-        let cluster = &self.state.clusters[name];
+        self.spec_of(name, &self.state.clusters[name], revisions)
+    }
+
+    /// [`Self::spec_for`] of a cluster's state at hand.
+    fn spec_of<'r>(
+        &self,
+        name: &str,
+        cluster: &ClusterState,
+        revisions: &Revisions<'r>,
+    ) -> (SpecRef<'r>, Arc<str>) {
         if let Some(overlaid) = self.overlaid.get(name) {
             if let Some((hash, spec)) = &overlaid.pinned {
                 return (SpecRef::Shared(spec.clone()), hash.clone());
@@ -436,18 +496,22 @@ impl FleetMachine {
                 continue;
             }
             // The plan is derived again when the machine was restored from persisted state.
-            if !self.state.clusters.contains_key(&outcome.cluster) {
+            let Ok(place) = self.state.clusters.place(&outcome.cluster) else {
                 continue;
-            }
-            let (spec_ref, _) = self.spec_for(&outcome.cluster, revisions);
+            };
+            let (spec_ref, _) = self.spec_of(
+                &outcome.cluster,
+                self.state.clusters.at(place).expect("known cluster").1,
+                revisions,
+            );
             let spec: &Rollout = &spec_ref;
-            let Some(plan) = self.run_plan(spec, &outcome.cluster, outcome.run) else {
+            let Some(plan) = self.run_plan_at(place, spec, &outcome.cluster, outcome.run) else {
                 continue;
             };
             if let Some(run) = self
                 .state
                 .clusters
-                .get_mut(&outcome.cluster)
+                .at_mut(place)
                 .and_then(|c| c.runs.get_mut(&outcome.run))
             {
                 let calibrated = |run: &Run| {
@@ -480,9 +544,12 @@ impl FleetMachine {
             }
         }
         // Both in name order: one merge pass instead of a lookup per cluster.
+        // A cluster's place in `names` is its place in the state's clusters (both in name order,
+        // both set by `fit`).
+        debug_assert_eq!(self.names.len(), self.state.clusters.len());
         let names = self.names.clone();
         let mut reported = observations.iter().peekable();
-        for name in names.iter() {
+        for (place, name) in names.iter().enumerate() {
             static UNREPORTED: std::sync::OnceLock<ClusterObservation> = std::sync::OnceLock::new();
             while reported
                 .next_if(|(k, _)| k.as_str() < name.as_str())
@@ -492,7 +559,7 @@ impl FleetMachine {
                 Some((k, observation)) if *k == name => observation,
                 _ => UNREPORTED.get_or_init(ClusterObservation::default),
             };
-            self.tick_cluster(name, revisions, observation, now, &mut output);
+            self.tick_cluster(place, name, revisions, observation, now, &mut output);
         }
         self.lockstep(revisions.next, now);
         self.gate(revisions.next, now, &mut output);

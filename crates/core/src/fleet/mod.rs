@@ -5,7 +5,8 @@
 //! and `now`, and returns per-cluster actions, measurement requests and the decisions made, as typed
 //! events ([`FleetEvent`]).
 //!
-//! From the ground up: `state` (the persisted state), `commands` (operator commands), `plan`
+//! From the ground up: `names` (the map by cluster name the state keeps its clusters in),
+//! `state` (the persisted state), `commands` (operator commands), `plan`
 //! (the resolved waves and per-cluster arguments), `overlay` (per-cluster overlays and pins),
 //! `event` (the decisions), `tick` (what a tick takes and hands back), `specs` (the specs a fleet
 //! has run), and `machine`, which drives them. Every public item is re-exported here.
@@ -13,6 +14,7 @@
 mod commands;
 mod event;
 mod machine;
+mod names;
 mod overlay;
 mod plan;
 mod specs;
@@ -22,6 +24,7 @@ mod tick;
 pub use commands::FleetCommand;
 pub use event::*;
 pub use machine::*;
+pub use names::NameMap;
 pub use overlay::*;
 pub use plan::*;
 pub use specs::FleetSpecs;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::names::NameMap;
 use crate::analysis::run::Run;
 use crate::rollout::{AnalysisSlot, Command, RolloutState, RunKey};
 use crate::time::Millis;
@@ -144,7 +145,7 @@ pub struct FleetState {
     /// When the current wave's bake began.
     pub bake_started_at: Option<Millis>,
     /// Per cluster.
-    pub clusters: BTreeMap<String, ClusterState>,
+    pub clusters: NameMap<ClusterState>,
     /// Durable rejections: (cluster, fleet revision) never deployed again.
     pub rejections: BTreeSet<(String, String)>,
     /// Operator pause.
@@ -272,6 +273,11 @@ impl RunMap {
     /// (key, run) pairs, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&RunKey, &Run)> {
         self.0.iter().map(|(k, r)| (k, r))
+    }
+
+    /// (key, run) pairs, in key order, to change the runs.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&RunKey, &mut Run)> {
+        self.0.iter_mut().map(|(k, r)| (&*k, r))
     }
 
     /// How many runs.

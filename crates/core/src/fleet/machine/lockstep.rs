@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FleetMachine;
 use crate::fleet::event::Decision;
-use crate::fleet::state::{Barrier, ClusterStatus, FleetPhase, PausedFor};
+use crate::fleet::state::{Barrier, ClusterState, ClusterStatus, FleetPhase, PausedFor};
 use crate::spec::rollout::Rollout;
 use crate::time::Millis;
 
@@ -63,11 +63,15 @@ impl FleetMachine {
     /// The barrier a cluster's engine is given before its reconcile: the highest step index it
     /// may enter, when it is in flight in the lockstep wave in progress.
     pub(super) fn barrier_for(&self, name: &str) -> Option<u32> {
+        self.barrier_of(name, self.state.clusters.get(name)?)
+    }
+
+    /// [`Self::barrier_for`] of a cluster's state at hand.
+    pub(super) fn barrier_of(&self, name: &str, cluster: &ClusterState) -> Option<u32> {
         let wave = self.lockstep_wave()?;
         if self.plan.wave_of(name) != Some(wave) {
             return None;
         }
-        let cluster = self.state.clusters.get(name)?;
         let in_flight = cluster.on_new_spec
             && matches!(
                 cluster.status,

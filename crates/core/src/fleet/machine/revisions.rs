@@ -152,7 +152,7 @@ impl FleetMachine {
             rollout::template_hash(revisions.previous).into(),
             rollout::template_hash(revisions.next).into(),
         );
-        self.run_plans.clear();
+        self.run_plans.iter_mut().for_each(Vec::clear);
         self.plan_pool.clear();
         self.wave_plan = None;
         self.overlaid_for = None;

@@ -13,8 +13,11 @@ use crate::time::Millis;
 impl FleetMachine {
     /// Decides a cluster's status from its engine and runs: validated (with evidence), failed,
     /// or paused without evidence.
+    ///
+    /// `place` is the cluster's place in the state's clusters.
     pub(super) fn judge_cluster(
         &mut self,
+        place: usize,
         name: &str,
         spec: &Rollout,
         now: Millis,
@@ -22,15 +25,15 @@ impl FleetMachine {
     ) {
         let new_hash = self.next_hash_of(name);
         let previous_hash = self.previous_hash_of(name);
-        let in_place = self
-            .plan
-            .clusters
-            .get(name)
-            .is_some_and(|c| c.aborts_in_place);
-        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        let cluster = self.state.clusters.at_mut(place).expect("known cluster");
         match cluster.status {
             ClusterStatus::Progressing | ClusterStatus::Paused => {}
             ClusterStatus::RolledBack | ClusterStatus::Skipped => {
+                let in_place = self
+                    .plan
+                    .clusters
+                    .get(name)
+                    .is_some_and(|c| c.aborts_in_place);
                 // Keep returning it to the previous spec once its abort has taken effect; a
                 // Kubernetes cluster stays aborted on its spec, as Argo's abort does (canary at
                 // zero, stable serving, Degraded), until the spec changes or it is retried.
@@ -243,9 +246,8 @@ impl FleetMachine {
         let mut missing = String::new();
         let keys: Vec<RunKey> = cluster.runs.keys().copied().collect();
         for key in keys {
-            let plan = self.run_plan(spec, name, key);
-            let cluster = &self.state.clusters[name];
-            let run = &cluster.runs[&key];
+            let plan = self.run_plan_at(place, spec, name, key);
+            let run = &self.state.clusters.at(place).expect("known cluster").1.runs[&key];
             let ok = run.phase == AnalysisPhase::Successful
                 && plan.as_ref().is_some_and(|p| run.has_evidence(p));
             if !ok {
@@ -260,7 +262,7 @@ impl FleetMachine {
                 };
             }
         }
-        let cluster = self.state.clusters.get_mut(name).expect("known cluster");
+        let cluster = self.state.clusters.at_mut(place).expect("known cluster");
         let was = (cluster.status, cluster.paused_for);
         if evidence {
             cluster.status = ClusterStatus::Validated;

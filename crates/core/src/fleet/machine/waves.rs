@@ -22,25 +22,30 @@ impl FleetMachine {
         if self.state.phase != FleetPhase::Progressing || self.state.paused {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave) else {
+        let Some(places) = self.wave_places.get(self.state.wave) else {
             return;
         };
+        let members = &self.plan.waves[self.state.wave];
+        let names = self.names.clone();
         let limit = self.plan.max_update[self.state.wave];
         let state = &mut self.state;
         // A paused cluster is still mid-update: it holds its maxUpdate slot.
-        let mut progressing = members
+        let mut progressing = places
             .iter()
-            .filter(|n| {
-                state.clusters.get(*n).is_some_and(|c| {
+            .filter(|&&place| {
+                state.clusters.at(place).is_some_and(|(_, c)| {
                     matches!(c.status, ClusterStatus::Progressing | ClusterStatus::Paused)
                 })
             })
             .count();
-        for name in members {
+        for &place in places {
             if progressing >= limit {
                 break;
             }
-            let Some(cluster) = state.clusters.get_mut(name) else {
+            let Some(name) = names.get(place) else {
+                continue;
+            };
+            let Some(cluster) = state.clusters.at_mut(place) else {
                 continue;
             };
             // A cluster starts from its settled previous revision (reconciled at least once),
@@ -104,12 +109,13 @@ impl FleetMachine {
         if self.state.phase != FleetPhase::Progressing {
             return;
         }
-        let Some(members) = self.plan.waves.get(self.state.wave) else {
+        if self.state.wave >= self.plan.waves.len() {
             self.set_phase(FleetPhase::Completed, "every wave validated".into());
             return;
-        };
-        let decided = members.iter().all(|n| {
-            let cluster = &self.state.clusters[n];
+        }
+        let places = &self.wave_places[self.state.wave];
+        let decided = places.iter().all(|&place| {
+            let (_, cluster) = self.state.clusters.at(place).expect("known cluster");
             matches!(
                 cluster.status,
                 ClusterStatus::Validated
@@ -119,10 +125,11 @@ impl FleetMachine {
             ) && !cluster.aborted_on_error
         });
         if !decided {
-            let errored: Vec<&str> = members
+            let errored: Vec<&str> = places
                 .iter()
-                .filter(|n| self.state.clusters[*n].aborted_on_error)
-                .map(String::as_str)
+                .filter_map(|&place| self.state.clusters.at(place))
+                .filter(|(_, cluster)| cluster.aborted_on_error)
+                .map(|(name, _)| name.as_str())
                 .collect();
             if !errored.is_empty() {
                 self.state.message = format!(

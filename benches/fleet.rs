@@ -1,6 +1,9 @@
 //! Fleet simulation at scale: 10 services rolled out at once across 10,000 clusters each
 //! (100,000 cluster-rollouts), through a full rollout on virtual time. Reports wall time, peak
-//! memory (VmHWM) and the cost of one decision tick of one 10,000-cluster fleet.
+//! memory (VmHWM) and the cost of one decision tick of one 10,000-cluster fleet. The services
+//! run twice: with each tick's decisions handed on and dropped, as the daemon hands them to its
+//! audit log (what a controller holds), then keeping every decision in the report, as
+//! `flotilla simulate` does; the peak is measured apart for each (VmHWM reset in between).
 //! Run with `cargo bench --bench fleet`; for a smaller run while iterating, set
 //! `FLEET_BENCH_CLUSTERS` and `FLEET_BENCH_SERVICES` (e.g. 2000 and 2; the waves keep their
 //! shape: 10 canary clusters, then up to 990, then the rest).
@@ -10,7 +13,7 @@ mod scale;
 
 use std::time::Instant;
 
-use flotilla_core::simulate::{Inputs, run_observed, run_with};
+use flotilla_core::simulate::{Inputs, Report, SimulationError, TickView, run_streamed, run_with};
 use scale::Scale;
 
 /// A size from the environment, or its default.
@@ -104,7 +107,27 @@ fn main() {
             "  slow tick {tick}: {ms:.1} ms, {actions} actions, {decisions} decisions ({kinds})"
         );
     }
-    // All services at once, one thread each (so every fleet's state is alive together).
+    for streamed in [true, false] {
+        all_services(&inputs, clusters, services, streamed);
+    }
+}
+
+/// Resets the peak resident memory (VmHWM) to the current one (Linux's `clear_refs` 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// All services at once, one thread each (so that every fleet's state is alive together), each
+/// tick timed; `streamed`: each tick's decisions dropped once shown (as the daemon's), else kept
+/// in each report.
+fn all_services(inputs: &[Inputs], clusters: usize, services: usize, streamed: bool) {
+    type Run = fn(&Inputs, u64, &mut dyn FnMut(&TickView<'_>)) -> Result<Report, SimulationError>;
+    let run: Run = if streamed {
+        |inputs, seed, observe| run_streamed(inputs, seed, observe)
+    } else {
+        |inputs, seed, observe| run_with(inputs, seed, observe)
+    };
+    reset_peak();
     let run_started = Instant::now();
     let results: Vec<(String, Vec<f64>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = inputs
@@ -113,7 +136,7 @@ fn main() {
                 scope.spawn(move || {
                     let mut ticks = Vec::new();
                     let mut last = Instant::now();
-                    let report = run_observed(inputs, 1, |_| {
+                    let report = run(inputs, 1, &mut |_| {
                         let now = Instant::now();
                         ticks.push(now.duration_since(last).as_secs_f64() * 1000.0);
                         last = now;
@@ -134,8 +157,13 @@ fn main() {
     let pct = |p: f64| ticks[((ticks.len() - 1) as f64 * p) as usize];
     let outcomes: Vec<&str> = results.iter().map(|(o, _)| o.as_str()).collect();
     println!(
-        "fleet simulation: {services} services x {clusters} clusters = {} cluster-rollouts",
-        services * clusters
+        "fleet simulation: {services} services x {clusters} clusters = {} cluster-rollouts, {}",
+        services * clusters,
+        if streamed {
+            "each tick's decisions handed on and dropped (as the daemon's audit log takes them)"
+        } else {
+            "every decision kept in the report (as `flotilla simulate` keeps them)"
+        }
     );
     println!("  outcomes: {outcomes:?}");
     println!(

@@ -132,10 +132,13 @@ fn plan_of(inputs: &Inputs, present: &BTreeSet<String>) -> Result<FleetPlan, Sim
 
 /// The two specs of the fleet revision in flight, and how a new one supersedes them (as the
 /// daemon's `set image`, a Git commit or `undo` do).
-/// Runs one simulation with a seed, calling `observe` after every tick.
+/// Runs one simulation with a seed, calling `observe` after every tick. With `keep_decisions`
+/// false the report's `decisions` stay empty: each tick's are shown to `observe` and dropped (its
+/// lockstep barriers are still reported), as the daemon hands them to its audit log.
 pub(super) fn simulate(
     inputs: &Inputs,
     seed: u64,
+    keep_decisions: bool,
     observe: &mut dyn FnMut(&TickView<'_>),
 ) -> Result<Report, SimulationError> {
     let spec = &inputs.scenario.spec;
@@ -605,7 +608,7 @@ pub(super) fn simulate(
             events: &reports[first_report..],
             decisions: &output.events,
         });
-        decisions.append(&mut output.events);
+        keep_tick(&mut decisions, &mut output.events, keep_decisions);
         // Done when the timeline is over, the fleet reached a final phase and nothing is still
         // moving toward it (a rolled-back cluster's traffic is back on its stable; paused
         // clusters stay as they are).
@@ -627,7 +630,11 @@ pub(super) fn simulate(
         }
         now += tick;
     }
-    decisions.extend(machine.flush_events(now));
+    keep_tick(
+        &mut decisions,
+        &mut machine.flush_events(now),
+        keep_decisions,
+    );
     let state = &machine.state;
     let plan = &machine.plan;
     let outcome = match state.phase {
@@ -693,8 +700,25 @@ pub(super) fn simulate(
         waves,
         clusters,
         events: reports,
-        decisions,
+        decisions: if keep_decisions {
+            decisions
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// Moves a tick's decisions to the run's: all of them, or (`all` false) only the lockstep
+/// barriers the report names.
+fn keep_tick(decisions: &mut Vec<FleetEvent>, tick: &mut Vec<FleetEvent>, all: bool) {
+    if all {
+        decisions.append(tick);
+    } else {
+        decisions.extend(
+            tick.drain(..)
+                .filter(|e| matches!(e.decision, Decision::BarrierPassed { .. })),
+        );
+    }
 }
 
 /// The lockstep barriers wave `wave` (1-based) passed, from the machine's decisions.

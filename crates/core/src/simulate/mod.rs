@@ -224,7 +224,7 @@ fn reach(templates: &[AnalysisTemplate]) -> (u64, u64) {
 
 /// Runs one simulation with a seed.
 pub fn run(inputs: &Inputs, seed: u64) -> Result<Report, SimulationError> {
-    driver::simulate(inputs, seed, &mut |_| {})
+    driver::simulate(inputs, seed, true, &mut |_| {})
 }
 
 /// [`run`], calling `observe` with the virtual time after every tick (benchmarks time ticks
@@ -234,7 +234,7 @@ pub fn run_observed(
     seed: u64,
     mut observe: impl FnMut(Millis),
 ) -> Result<Report, SimulationError> {
-    driver::simulate(inputs, seed, &mut |view| observe(view.now))
+    driver::simulate(inputs, seed, true, &mut |view| observe(view.now))
 }
 
 /// [`run`], showing `observe` every tick: the actions, the fleet's state and the events
@@ -244,7 +244,19 @@ pub fn run_with(
     seed: u64,
     mut observe: impl FnMut(&TickView<'_>),
 ) -> Result<Report, SimulationError> {
-    driver::simulate(inputs, seed, &mut observe)
+    driver::simulate(inputs, seed, true, &mut observe)
+}
+
+/// [`run_with`], where each tick's decisions are only shown to `observe`, as the daemon hands
+/// them to its audit log: the report's `decisions` stay empty (its lockstep barriers are still
+/// reported), and memory holds the fleet's state, not every decision it made (benchmarks
+/// measure what a controller holds with it).
+pub fn run_streamed(
+    inputs: &Inputs,
+    seed: u64,
+    mut observe: impl FnMut(&TickView<'_>),
+) -> Result<Report, SimulationError> {
+    driver::simulate(inputs, seed, false, &mut observe)
 }
 
 /// Aggregates of repeated runs over consecutive seeds.

@@ -343,3 +343,28 @@ fn a_regression_in_a_lockstep_wave_aborts_the_whole_wave() {
         report.message
     );
 }
+
+#[test]
+fn a_streamed_run_decides_the_same_and_keeps_no_decision_log() {
+    for scenario in [
+        include_str!("../../../../examples/simulate/lockstep.yaml"),
+        include_str!("../../../../examples/simulate/regional-regression.yaml"),
+    ] {
+        let inputs = inputs(scenario);
+        let full = run(&inputs, 1).unwrap();
+        let mut shown = Vec::new();
+        let streamed = run_streamed(&inputs, 1, |view| {
+            shown.extend(view.decisions.iter().cloned())
+        })
+        .unwrap();
+        assert!(streamed.decisions.is_empty());
+        assert!(!full.decisions.is_empty());
+        // The same run: every decision was shown (those flushed after the last tick are the
+        // report's only), the same outcome, clusters and waves with their barriers.
+        assert_eq!(shown, full.decisions[..shown.len()]);
+        assert_eq!(
+            (&streamed.outcome, &streamed.clusters, &streamed.waves),
+            (&full.outcome, &full.clusters, &full.waves)
+        );
+    }
+}

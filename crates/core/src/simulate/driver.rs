@@ -130,11 +130,10 @@ fn plan_of(inputs: &Inputs, present: &BTreeSet<String>) -> Result<FleetPlan, Sim
     FleetPlan::resolve(&fleet, &fleet_rollout, &inputs.templates).map_err(|e| SimulationError(e.0))
 }
 
-/// The two specs of the fleet revision in flight, and how a new one supersedes them (as the
-/// daemon's `set image`, a Git commit or `undo` do).
 /// Runs one simulation with a seed, calling `observe` after every tick. With `keep_decisions`
-/// false the report's `decisions` stay empty: each tick's are shown to `observe` and dropped (its
-/// lockstep barriers are still reported), as the daemon hands them to its audit log.
+/// false each tick's decisions are shown to `observe` and dropped, as the daemon hands them to
+/// its audit log: the report's `decisions` hold only those made after the last tick (its
+/// lockstep barriers are still reported).
 pub(super) fn simulate(
     inputs: &Inputs,
     seed: u64,
@@ -630,11 +629,11 @@ pub(super) fn simulate(
         }
         now += tick;
     }
-    keep_tick(
-        &mut decisions,
-        &mut machine.flush_events(now),
-        keep_decisions,
-    );
+    // Those made after the last tick (a durable change recorded as the run ends) were shown to
+    // no observer: the report keeps them either way.
+    let flushed = machine.flush_events(now);
+    let after_last_tick = flushed.len();
+    decisions.extend(flushed);
     let state = &machine.state;
     let plan = &machine.plan;
     let outcome = match state.phase {
@@ -703,7 +702,8 @@ pub(super) fn simulate(
         decisions: if keep_decisions {
             decisions
         } else {
-            Vec::new()
+            let streamed = decisions.len() - after_last_tick;
+            decisions.split_off(streamed)
         },
     })
 }

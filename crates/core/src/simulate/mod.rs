@@ -248,9 +248,9 @@ pub fn run_with(
 }
 
 /// [`run_with`], where each tick's decisions are only shown to `observe`, as the daemon hands
-/// them to its audit log: the report's `decisions` stay empty (its lockstep barriers are still
-/// reported), and memory holds the fleet's state, not every decision it made (benchmarks
-/// measure what a controller holds with it).
+/// them to its audit log: the report's `decisions` hold only those made after the last tick
+/// (its lockstep barriers are still reported), and memory holds the fleet's state, not every
+/// decision it made (benchmarks measure what a controller holds with it).
 pub fn run_streamed(
     inputs: &Inputs,
     seed: u64,

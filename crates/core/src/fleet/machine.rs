@@ -157,10 +157,8 @@ impl FleetMachine {
         self.plan
             .cluster_secrets
             .insert(cluster.to_owned(), secrets);
-        if let Some(plans) =
-            (self.state.clusters.place(cluster).ok()).and_then(|i| self.run_plans.get_mut(i))
-        {
-            plans.clear();
+        if let Ok(place) = self.state.clusters.place(cluster) {
+            self.run_plans[place].clear();
         }
     }
 
@@ -203,41 +201,31 @@ impl FleetMachine {
     /// was of (its wave index maps the times).
     fn fit(&mut self, old: &FleetPlan) {
         let plan = &self.plan;
-        // The plan's clusters, each with its state (NotStarted for a joiner): one merge pass.
+        // The plan's clusters, each with its state (NotStarted for a joiner) and its run plans
+        // (which are at the same places as the states): one merge pass.
+        let plans = std::mem::take(&mut self.run_plans)
+            .into_iter()
+            .chain(std::iter::repeat_with(Vec::new));
         let mut before = std::mem::take(&mut self.state.clusters)
             .into_iter()
+            .zip(plans)
             .peekable();
-        self.state.clusters = plan
+        let (clusters, run_plans): (Vec<_>, Vec<_>) = plan
             .clusters
             .keys()
             .map(|name| {
-                while before.next_if(|(old, _)| old < name).is_some() {}
-                let state = before
-                    .next_if(|(old, _)| old == name)
-                    .map(|(_, state)| state)
+                while before.next_if(|((old, _), _)| old < name).is_some() {}
+                let (state, plans) = before
+                    .next_if(|((old, _), _)| old == name)
+                    .map(|((_, state), plans)| (state, plans))
                     .unwrap_or_default();
-                (name.clone(), state)
+                ((name.clone(), state), plans)
             })
-            .collect();
+            .unzip();
         drop(before);
-        // The run plans follow their clusters to their new places.
-        let names: Arc<[String]> = self.state.clusters.keys().cloned().collect();
-        let mut before = std::mem::take(&mut self.run_plans)
-            .into_iter()
-            .zip(self.names.iter())
-            .peekable();
-        self.run_plans = names
-            .iter()
-            .map(|name| {
-                while before.next_if(|(_, old)| *old < name).is_some() {}
-                match before.next_if(|(_, old)| *old == name) {
-                    Some((plans, _)) => plans,
-                    None => Vec::new(),
-                }
-            })
-            .collect();
-        drop(before);
-        self.names = names;
+        self.state.clusters = clusters.into_iter().collect();
+        self.run_plans = run_plans;
+        self.names = self.state.clusters.keys().cloned().collect();
         self.wave_places = plan
             .waves
             .iter()

@@ -87,7 +87,7 @@ impl FleetMachine {
         // The cluster's state is taken out for its engine and runs, and put back before it is
         // judged, which may read every cluster. It is reached by its place, never by a lookup
         // of its name: at 10,000 clusters a lookup by name missed the cache on most of the
-        // names it compared, and was a third of a tick.
+        // names it compared, and the lookups were about a third of a tick.
         let slot = self.state.clusters.at_mut(place).expect("known cluster");
         let mut cluster = std::mem::take(slot);
         let deadline_before = self.tick_engine(

@@ -25,6 +25,15 @@
 //!   moment a request is issued to the end of its response, and the latency each proxy adds
 //!   over direct calls.
 //!
+//! - CPU per request: the proxy's own CPU time (user and system, from `/proc`: the agent's
+//!   process; nginx's master and workers) over its closed-loop runs, divided by the requests
+//!   they answered. Throughput is shared with the load generator and the replicas on the same
+//!   cores, so a proxy's throughput moves with the CPU it leaves them; this figure is the
+//!   proxy's own cost, and its split shows how much of it is the kernel's TCP work, which is
+//!   the same for any proxy making the same system calls; and the machine's busy CPU time per
+//!   request (`/proc/stat`), from which the bench reports what the agent may spend per request
+//!   for 1.1× nginx's throughput, beside the system time it spends.
+//!
 //! Figures are the medians over the rounds. Every process shares the machine's cores (two, on
 //! this project's machine) with the others, as they would on one host. Run with
 //! `cargo bench --bench router_vs_nginx` (needs `nginx` on PATH: `apt-get install -y nginx`);
@@ -117,6 +126,11 @@ impl Children {
             .with_context(|| format!("cannot start {name}"))?;
         self.0.push((name.to_owned(), child));
         Ok(())
+    }
+
+    /// The process id of the child named `name`.
+    fn pid(&self, name: &str) -> Option<u32> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, c)| c.id())
     }
 
     fn check_running(&mut self) -> Result<()> {
@@ -254,6 +268,8 @@ fn agent_config(router: u16, control: u16, upstreams: &[(&str, u16)]) -> String 
 /// Where the load goes for one of the three ways of calling the replicas.
 struct Way {
     name: &'static str,
+    /// The proxy's process (nginx's master, whose workers are its children), if any.
+    process: Option<u32>,
     /// The closed-loop targets (connections spread evenly over them).
     closed: Vec<Target>,
     /// The open-loop targets, each with its share of [`RATE`].
@@ -263,10 +279,97 @@ struct Way {
 #[derive(Default)]
 struct Samples {
     throughput: Vec<f64>,
+    /// The proxy's CPU time over its closed-loop runs (user, system), the whole machine's busy
+    /// time over them, and their requests.
+    cpu: Cpu,
+    machine: f64,
+    requests: u64,
     p50: Vec<f64>,
     p99: Vec<f64>,
     failed: u64,
     not_ok: u64,
+}
+
+/// The whole machine's busy CPU time, seconds (every state of `/proc/stat`'s `cpu` line but
+/// idle and iowait).
+fn machine_busy() -> f64 {
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    line.split_whitespace()
+        .skip(1)
+        .enumerate()
+        // user nice system idle iowait irq softirq steal (guest time is counted in user).
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum::<f64>()
+        / ticks
+}
+
+/// CPU time, seconds: user and system.
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    user: f64,
+    system: f64,
+}
+
+impl Cpu {
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user - before.user,
+            system: self.system - before.system,
+        }
+    }
+
+    fn add(&mut self, other: Cpu) {
+        self.user += other.user;
+        self.system += other.system;
+    }
+}
+
+/// The CPU time of the process `pid` (all its threads) and of its direct children (nginx's
+/// workers), from `/proc` (clock ticks of 10 ms: a 5 s run at one core is ~500 of them).
+fn cpu_of(pid: u32) -> Cpu {
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let mut total = Cpu::default();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return total;
+    };
+    for entry in entries.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name, which ends with the last ')': state ppid … utime
+        // (14th field) stime (15th).
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let own: Option<u32> = head.split_whitespace().next().and_then(|p| p.parse().ok());
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ppid: Option<u32> = fields.get(1).and_then(|p| p.parse().ok());
+        if own != Some(pid) && ppid != Some(pid) {
+            continue;
+        }
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        total.add(Cpu {
+            user: field(11) / ticks,
+            system: field(12) / ticks,
+        });
+    }
+    total
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -370,6 +473,7 @@ async fn bench() -> Result<()> {
     let ways = [
         Way {
             name: "direct",
+            process: None,
             closed: direct.iter().map(Target::new).collect(),
             open: upstreams
                 .iter()
@@ -382,11 +486,13 @@ async fn bench() -> Result<()> {
         },
         Way {
             name: "nginx",
+            process: children.pid("nginx"),
             closed: vec![Target::new(&nginx_url)],
             open: vec![Target::new(&nginx_url)],
         },
         Way {
             name: "agent",
+            process: children.pid("flotilla agent"),
             closed: vec![Target::new(&agent_url)],
             open: vec![Target::new(&agent_url)],
         },
@@ -425,6 +531,8 @@ async fn bench() -> Result<()> {
             let i = (k + round) % ways.len();
             let way = &ways[i];
             children.check_running()?;
+            let before = way.process.map(cpu_of);
+            let machine_before = machine_busy();
             let closed = loadgen::run_closed(
                 &way.closed,
                 CONNECTIONS,
@@ -432,6 +540,11 @@ async fn bench() -> Result<()> {
                 u64::MAX,
             )
             .await?;
+            if let (Some(pid), Some(before)) = (way.process, before) {
+                samples[i].cpu.add(cpu_of(pid).since(before));
+                samples[i].machine += machine_busy() - machine_before;
+                samples[i].requests += closed.completed;
+            }
             let open =
                 loadgen::run(&way.open, RATE, Duration::from_secs(OPEN_SECONDS), u64::MAX).await?;
             let s = &mut samples[i];
@@ -565,6 +678,31 @@ async fn bench() -> Result<()> {
             s.not_ok
         );
     }
+    let per_request = |s: &Samples| {
+        let n = s.requests.max(1) as f64;
+        (s.cpu.user * 1e6 / n, s.cpu.system * 1e6 / n)
+    };
+    let ((nginx_user, nginx_system), (agent_user, agent_system)) =
+        (per_request(&samples[1]), per_request(&samples[2]));
+    println!(
+        "proxy CPU per request over the closed-loop runs (the proxy's processes, /proc): nginx {:.1} µs (user {nginx_user:.1}, system {nginx_system:.1}), agent {:.1} µs (user {agent_user:.1}, system {agent_system:.1}): agent/nginx {:.2}x (user {:.2}x, system {:.2}x)",
+        nginx_user + nginx_system,
+        agent_user + agent_system,
+        (agent_user + agent_system) / (nginx_user + nginx_system),
+        agent_user / nginx_user,
+        agent_system / nginx_system,
+    );
+    // What 1.1x would take: the load generator and the replicas cost the same per request
+    // behind either proxy, so the machine's CPU per request behind nginx, divided by 1.1, less
+    // theirs, is what the agent may spend.
+    let machine_per_request = |s: &Samples| s.machine * 1e6 / s.requests.max(1) as f64;
+    let others = machine_per_request(&samples[1]) - nginx_user - nginx_system;
+    let budget = machine_per_request(&samples[1]) / 1.1 - others;
+    println!(
+        "machine CPU per request (all processes, /proc/stat): behind nginx {:.1} µs, behind the agent {:.1} µs; the load generator and replicas {others:.1} µs; so 1.1x nginx's throughput leaves the agent {budget:.1} µs per request, against its system time alone of {agent_system:.1} µs",
+        machine_per_request(&samples[1]),
+        machine_per_request(&samples[2]),
+    );
     let ratio = agent_fig.0 / nginx_fig.0;
     let added_p99 = agent_fig.2 - direct_fig.2;
     println!(

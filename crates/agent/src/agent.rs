@@ -103,12 +103,16 @@ impl Agent {
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let make_handler = move || {
-            let router = router.clone();
-            let upstreams = crate::router::upstreams();
+            // Made on each router thread: its lane, and one count of the router that this
+            // thread alone touches per request (not the shared router's, whose count would
+            // move between the cores at every request).
+            let thread = Arc::new((router.clone(), crate::router::lane()));
             move |request| {
-                let router = router.clone();
-                let upstreams = upstreams.clone();
-                async move { router.handle_with(&upstreams, request).await }
+                let thread = thread.clone();
+                async move {
+                    let (router, lane) = &*thread;
+                    router.handle(lane, request).await
+                }
             }
         };
         let workers =

@@ -156,7 +156,8 @@ impl Workers {
                 .spawn(move || {
                     runtime.block_on(async move {
                         let handler = make_handler();
-                        let builder = auto::Builder::new(TokioExecutor::new());
+                        let mut builder = auto::Builder::new(TokioExecutor::new());
+                        builder.http1().writev(false);
                         let graceful = GracefulShutdown::new();
                         while let Some(stream) = streams.recv().await {
                             if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {

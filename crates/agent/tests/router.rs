@@ -13,7 +13,7 @@ use flotilla_agent::loadgen::{self, Target};
 use flotilla_agent::{Agent, AgentConfig, AgentError};
 use flotilla_agent_backend::wire::{CookieMatch, HeaderMatch, MirrorSpec, RouteSpec, WindowQuery};
 use flotilla_agent_backend::{AgentClient, ClientError};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -411,6 +411,110 @@ async fn the_controller_going_away_leaves_traffic_flowing_with_the_last_weights(
         "2.0"
     );
     setup.stop().await;
+}
+
+/// A server that answers each request with its method, URI, headers and body, as text.
+async fn echo_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |request: http::Request<hyper::body::Incoming>| async move {
+                        let mut text = format!("{} {}\n", request.method(), request.uri());
+                        for (name, value) in request.headers() {
+                            text += &format!("{name}: {}\n", value.to_str().unwrap_or("?"));
+                        }
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        text += &format!("body: {}\n", String::from_utf8_lossy(&body));
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(text),
+                        )))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A request that reached no endpoint (the first one refuses connections) goes whole to the
+/// next one: its method, path, query, headers and `Host` as the client sent them. A request
+/// with a body is never sent again: it is a 502 naming the endpoint when its turn comes to
+/// the closed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_no_endpoint_took_goes_whole_to_the_next_unless_it_has_a_body() {
+    let echo = echo_server().await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let config = AgentConfig::parse(
+        &format!(
+            r#"
+cluster: test
+router: {{listen: "127.0.0.1:0"}}
+control: {{listen: "127.0.0.1:0"}}
+weights: {{canary: 0}}
+subsets:
+  stable: {{endpoints: ["{closed}", "{echo}"]}}
+  canary: {{endpoints: ["{echo}"]}}
+"#
+        ),
+        "test.yaml",
+    )
+    .unwrap();
+    let agent = Agent::start(config, None).await.unwrap();
+    let router = agent.router_addr();
+    let http: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let send = async |method: &str, body: &'static str| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{router}/p/q?a=1&b=two"))
+            .header("x-trace", "t-1")
+            .header("x-trace", "t-2")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap();
+        let response = http.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&text).into_owned())
+    };
+    // Round robin puts the closed endpoint first every other request: each of these GETs
+    // either goes there and then on, or straight to the echo.
+    for _ in 0..6 {
+        let (status, text) = send("GET", "").await;
+        assert_eq!(status, 200, "{text}");
+        assert!(text.starts_with("GET /p/q?a=1&b=two\n"), "{text}");
+        assert!(text.contains(&format!("host: {router}\n")), "{text}");
+        assert!(text.contains("x-trace: t-1\nx-trace: t-2\n"), "{text}");
+        assert!(text.ends_with("body: \n"), "{text}");
+    }
+    // Requests with a body: those whose turn falls on the closed endpoint fail, none is lost
+    // in silence and none reaches the echo twice.
+    let mut answered = 0;
+    let mut refused = 0;
+    for _ in 0..4 {
+        match send("POST", "hello").await {
+            (200, text) => {
+                assert!(text.starts_with("POST /p/q?a=1&b=two\n"), "{text}");
+                assert!(text.ends_with("body: hello\n"), "{text}");
+                answered += 1;
+            }
+            (502, text) => {
+                assert!(text.contains(&closed.to_string()), "{text}");
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((answered, refused), (2, 2));
+    agent.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

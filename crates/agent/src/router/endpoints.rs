@@ -7,41 +7,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
-use http::uri::Authority;
-
-/// A ready endpoint, with its address already written as a URI authority (not formatted and
-/// parsed again for every request).
-#[derive(Debug, Clone)]
-pub(super) struct Endpoint {
-    pub(super) addr: SocketAddr,
-    pub(super) authority: Authority,
-}
-
-impl Endpoint {
-    fn new(addr: SocketAddr) -> Endpoint {
-        let authority =
-            Authority::try_from(addr.to_string()).expect("a socket address is an authority");
-        Endpoint { addr, authority }
-    }
-}
 
 /// The ready endpoints of one subset.
 #[derive(Debug, Default)]
 struct Endpoints {
-    ready: ArcSwap<Vec<Endpoint>>,
+    ready: ArcSwap<Vec<SocketAddr>>,
     next: AtomicUsize,
 }
 
 impl Endpoints {
-    fn pick(&self, skip: &[SocketAddr]) -> Option<Endpoint> {
+    fn pick(&self, skip: &[SocketAddr]) -> Option<SocketAddr> {
         let ready = self.ready.load();
         if ready.is_empty() {
             return None;
         }
         for _ in 0..ready.len() {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % ready.len();
-            if !skip.contains(&ready[i].addr) {
-                return Some(ready[i].clone());
+            if !skip.contains(&ready[i]) {
+                return Some(ready[i]);
             }
         }
         None
@@ -91,15 +74,14 @@ impl SubsetEndpoints {
     /// Replaces the ready endpoints of a subset (nothing when it is unknown).
     pub(super) fn set_ready(&self, subset: &str, ready: Vec<SocketAddr>) {
         if let Some(e) = self.of(subset) {
-            e.ready
-                .store(Arc::new(ready.into_iter().map(Endpoint::new).collect()));
+            e.ready.store(Arc::new(ready));
         }
     }
 
     /// The ready endpoints of a subset.
     pub(super) fn ready(&self, subset: &str) -> Vec<SocketAddr> {
         self.of(subset)
-            .map(|e| e.ready.load().iter().map(|e| e.addr).collect())
+            .map(|e| e.ready.load().to_vec())
             .unwrap_or_default()
     }
 
@@ -109,7 +91,7 @@ impl SubsetEndpoints {
 
     /// The next endpoint of `subset` not in `skip`; `None` when the subset has none left (or
     /// is unknown).
-    pub(super) fn pick(&self, subset: &str, skip: &[SocketAddr]) -> Option<Endpoint> {
+    pub(super) fn pick(&self, subset: &str, skip: &[SocketAddr]) -> Option<SocketAddr> {
         self.subsets.load().get(subset)?.pick(skip)
     }
 }
@@ -123,12 +105,10 @@ mod tests {
         let e = Endpoints::default();
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
-        e.ready
-            .store(Arc::new(vec![Endpoint::new(a), Endpoint::new(b)]));
-        let picks: Vec<_> = (0..4).map(|_| e.pick(&[]).unwrap().addr).collect();
+        e.ready.store(Arc::new(vec![a, b]));
+        let picks: Vec<_> = (0..4).map(|_| e.pick(&[]).unwrap()).collect();
         assert_eq!(picks, [a, b, a, b]);
-        assert_eq!(e.pick(&[a]).map(|e| e.addr), Some(b));
-        assert_eq!(e.pick(&[a]).unwrap().authority.as_str(), "127.0.0.1:2");
+        assert_eq!(e.pick(&[a]), Some(b));
         assert!(e.pick(&[a, b]).is_none());
     }
 }

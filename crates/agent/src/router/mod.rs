@@ -11,8 +11,10 @@
 //!
 //! Here the table and the choice of a subset; routes and mirrors are compiled into [`Route`]
 //! and [`Mirror`] by [`compile_route`] and [`compile_mirror`]; each subset's ready endpoints
-//! are kept apart from the table; a request is proxied through [`Upstreams`].
+//! are kept apart from the table; a request is proxied through its router thread's [`Lane`]
+//! (its pool of [`Upstreams`] and its requests' deadlines).
 
+mod deadline;
 mod endpoints;
 mod matching;
 mod pool;
@@ -37,8 +39,8 @@ use matching::spec_error;
 use proxy::forward;
 
 pub use matching::{Mirror, Route, SpecError, compile_mirror, compile_route};
-pub use pool::{ProxyBody, UpstreamError, Upstreams};
-pub use proxy::{full, upstreams};
+pub use pool::{ProxyBody, SendError, UpstreamError, Upstreams};
+pub use proxy::{full, lane};
 
 /// The response header that names the subset a request was routed to.
 pub const SUBSET_HEADER: &str = "x-flotilla-subset";
@@ -78,7 +80,14 @@ pub struct Router {
     endpoints: SubsetEndpoints,
     rng: Mutex<StdRng>,
     stats: Arc<Stats>,
-    client: Upstreams,
+}
+
+/// What one router thread keeps for its requests (made by [`lane`] on that thread): its pool of
+/// upstream connections and its requests' deadlines. Clones share them.
+#[derive(Clone)]
+pub struct Lane {
+    upstreams: Upstreams,
+    deadlines: deadline::Deadlines,
 }
 
 impl std::fmt::Debug for Router {
@@ -101,7 +110,6 @@ impl Router {
         seed: u64,
         stats: Arc<Stats>,
     ) -> Result<Router, RouterError> {
-        let client = upstreams();
         let router = Router {
             table: ArcSwap::from_pointee(Table {
                 canary: 0,
@@ -114,7 +122,6 @@ impl Router {
             endpoints: SubsetEndpoints::new(subsets),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             stats,
-            client,
         };
         router.set_weight(canary)?;
         for route in routes {
@@ -301,21 +308,12 @@ impl Router {
         (subset, mirror)
     }
 
-    /// Answers one request: routes it, proxies it, records it.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
-        let client = self.client.clone();
-        self.handle_with(&client, request).await
-    }
-
-    /// [`Router::handle`], proxying through `client` (a router thread's own).
-    pub async fn handle_with(
-        self: Arc<Self>,
-        client: &Upstreams,
-        request: Request<Incoming>,
-    ) -> Response<ProxyBody> {
+    /// Answers one request: routes it, proxies it through `lane` (the router thread's own),
+    /// records it.
+    pub async fn handle(&self, lane: &Lane, request: Request<Incoming>) -> Response<ProxyBody> {
         let started = Instant::now();
         let (subset, mirror) = self.choose(request.headers());
-        let response = forward(&self.endpoints, client, &subset, mirror, request).await;
+        let response = forward(&self.endpoints, lane, &subset, mirror, request).await;
         let mut response = response;
         let value = match &subset {
             Cow::Borrowed(name) => Ok(HeaderValue::from_static(name)),

@@ -4,7 +4,9 @@
 //! connection it rides on are driven by one thread, and that pool's lock is not contended.
 //!
 //! Keyed by the endpoint's socket address, one lookup per request (hyper-util's general client
-//! hashed its pool key three times a request and boxed its futures).
+//! hashed its pool key three times a request and boxed its futures), hashed with foldhash: the
+//! keys are the agent's own endpoints, not an attacker's choice, so SipHash's defence against
+//! collisions buys nothing for its cost.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,7 +51,7 @@ impl Idle {
 
 #[derive(Default)]
 struct Idles {
-    by_endpoint: HashMap<SocketAddr, Vec<Idle>>,
+    by_endpoint: HashMap<SocketAddr, Vec<Idle>, foldhash::fast::FixedState>,
     swept: Option<Instant>,
 }
 
@@ -115,6 +117,16 @@ impl UpstreamError {
     }
 }
 
+/// A request its upstream did not answer: why, and the request itself when none of it reached
+/// the upstream (no connection could be made, or a new one closed before taking it).
+#[derive(Debug)]
+pub struct SendError {
+    /// Why.
+    pub error: UpstreamError,
+    /// The request, when nothing of it was sent.
+    pub unsent: Option<Request<ProxyBody>>,
+}
+
 /// Keep-alive connections to the upstreams, shared by the clones of one pool. The router's
 /// threads each hold one, whose connections are driven by the runtime they were made on.
 #[derive(Clone, Default)]
@@ -137,16 +149,26 @@ impl std::fmt::Debug for Upstreams {
 impl Upstreams {
     /// Sends `request` (origin-form URI, `Host` set) to the upstream at `addr` on an idle
     /// connection, or on a new one. A request an idle connection did not take (the upstream
-    /// closed it just then) goes on another, and at last on a new one.
+    /// closed it just then) goes on another, and at last on a new one. A request that did not
+    /// reach the upstream because no connection could be made comes back in the error, to go
+    /// to another endpoint without a copy made beforehand.
     pub async fn send(
         &self,
         addr: SocketAddr,
         mut request: Request<ProxyBody>,
-    ) -> Result<Response<ProxyBody>, UpstreamError> {
+    ) -> Result<Response<ProxyBody>, SendError> {
         loop {
             let (mut sender, fresh) = match self.take(addr) {
                 Some(sender) => (sender, false),
-                None => (connect(addr).await?, true),
+                None => match connect(addr).await {
+                    Ok(sender) => (sender, true),
+                    Err(error) => {
+                        return Err(SendError {
+                            error,
+                            unsent: Some(request),
+                        });
+                    }
+                },
             };
             match sender.try_send_request(request).await {
                 Ok(response) => {
@@ -159,13 +181,21 @@ impl Upstreams {
                 }
                 Err(mut error) => match error.take_message() {
                     Some(unsent) if !fresh => request = unsent,
-                    Some(_) => {
-                        return Err(UpstreamError::NotSent {
-                            addr,
-                            source: error.into_error(),
+                    Some(unsent) => {
+                        return Err(SendError {
+                            error: UpstreamError::NotSent {
+                                addr,
+                                source: error.into_error(),
+                            },
+                            unsent: Some(unsent),
                         });
                     }
-                    None => return Err(UpstreamError::Http(error.into_error())),
+                    None => {
+                        return Err(SendError {
+                            error: UpstreamError::Http(error.into_error()),
+                            unsent: None,
+                        });
+                    }
                 },
             }
         }
@@ -220,6 +250,7 @@ async fn connect(addr: SocketAddr) -> Result<Sender, UpstreamError> {
     };
     let _ = stream.set_nodelay(true);
     let (sender, connection) = http1::Builder::new()
+        .writev(false)
         .handshake(TokioIo::new(stream))
         .await?;
     tokio::spawn(async move {
@@ -360,8 +391,16 @@ mod tests {
             .send(addr, get(addr))
             .await
             .unwrap_err();
-        assert!(err.is_connect(), "{err}");
-        assert!(err.to_string().contains(&addr.to_string()), "{err}");
+        assert!(err.error.is_connect(), "{}", err.error);
+        assert!(
+            err.error.to_string().contains(&addr.to_string()),
+            "{}",
+            err.error
+        );
+        // The request comes back, as it was, to go elsewhere.
+        let unsent = err.unsent.expect("nothing was sent");
+        assert_eq!(unsent.uri(), "/x");
+        assert_eq!(unsent.headers()[header::HOST], addr.to_string().as_str());
     }
 
     #[tokio::test]
@@ -378,6 +417,7 @@ mod tests {
         // The server is gone and closed its connections: the next request does not ride on
         // the idle one, it tries a new connection and is refused.
         let err = pool.send(addr, get(addr)).await.unwrap_err();
-        assert!(err.is_connect(), "{err}");
+        assert!(err.error.is_connect(), "{}", err.error);
+        assert!(err.unsent.is_some());
     }
 }

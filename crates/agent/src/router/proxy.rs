@@ -13,19 +13,27 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::{Body, Incoming};
 
-use super::endpoints::{Endpoint, SubsetEndpoints};
-use super::pool::{ProxyBody, Upstreams};
+use super::Lane;
+use super::deadline::Deadlines;
+use super::endpoints::SubsetEndpoints;
+use super::pool::{ProxyBody, SendError, Upstreams};
 
 /// The largest request body the router buffers to mirror a request.
 const MIRROR_BODY_LIMIT: usize = 4 * 1024 * 1024;
-/// How long an upstream has to answer with a response head.
+/// How long an upstream has to answer with a response head (up to one tick of
+/// [`DEADLINE_TICK`] more).
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a router thread checks the deadlines of its requests in flight.
+const DEADLINE_TICK: Duration = Duration::from_secs(1);
 
-/// A new pool of connections to the upstreams, whose connections are driven by the runtime
-/// they are made on. The router's threads each hold one, so a request and the upstream
-/// connection it rides on are driven by the same thread (no cross-thread wakeup per request).
-pub fn upstreams() -> Upstreams {
-    Upstreams::default()
+/// A router thread's own: its pool of connections to the upstreams, driven by the runtime they
+/// are made on (a request and the upstream connection it rides on are driven by the same
+/// thread: no cross-thread wakeup per request), and its requests' deadlines.
+pub fn lane() -> Lane {
+    Lane {
+        upstreams: Upstreams::default(),
+        deadlines: Deadlines::new(DEADLINE_TICK),
+    }
 }
 
 /// Forwards a request to an endpoint of `subset` (another one when the connection cannot be
@@ -33,7 +41,7 @@ pub fn upstreams() -> Upstreams {
 /// of `mirror`, when given, whose response is discarded.
 pub(super) async fn forward(
     endpoints: &SubsetEndpoints,
-    client: &Upstreams,
+    lane: &Lane,
     subset: &str,
     mirror: Option<String>,
     request: Request<Incoming>,
@@ -58,31 +66,31 @@ pub(super) async fn forward(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    // The headers are moved into the last request built, cloned for the others (a mirror,
-    // a first attempt that may be retried).
+    // The headers are cloned for a mirror and moved into the request: a request that did not
+    // reach its endpoint comes back whole to go to another, so nothing is copied in advance.
     let mut headers = Some(headers);
-    let build = |target: &Endpoint,
+    // Returns the request, and whether its `Host` is the endpoint's (the client sent none).
+    let build = |addr: SocketAddr,
                  body: ProxyBody,
                  headers: &mut Option<HeaderMap>,
-                 last: bool|
-     -> Option<Request<ProxyBody>> {
+                 copy: bool|
+     -> Option<(Request<ProxyBody>, bool)> {
         // Origin-form, as HTTP/1.1 sends it to a server that is not a proxy.
         let mut req = Request::builder()
             .method(parts.method.clone())
             .uri(Uri::from(path.clone()))
             .body(body)
             .ok()?;
-        *req.headers_mut() = if last {
-            headers.take()?
-        } else {
+        *req.headers_mut() = if copy {
             headers.clone()?
+        } else {
+            headers.take()?
         };
-        if !req.headers().contains_key(header::HOST)
-            && let Ok(v) = HeaderValue::from_str(target.authority.as_str())
-        {
-            req.headers_mut().insert(header::HOST, v);
+        let endpoint_host = !req.headers().contains_key(header::HOST);
+        if endpoint_host {
+            set_host(&mut req, addr);
         }
-        Some(req)
+        Some((req, endpoint_host))
     };
 
     // A request with no body can be sent again to another endpoint when the connection
@@ -114,11 +122,10 @@ pub(super) async fn forward(
     };
 
     if let Some(mirror) = mirror
-        && let Some(target) = endpoints.pick(&mirror, &[])
-        && let Some(req) = build(&target, make_body(&mut None), &mut headers, false)
+        && let Some(addr) = endpoints.pick(&mirror, &[])
+        && let Some((req, _)) = build(addr, make_body(&mut None), &mut headers, true)
     {
-        let client = client.clone();
-        let addr = target.addr;
+        let client: Upstreams = lane.upstreams.clone();
         tokio::spawn(async move {
             if let Ok(Ok(response)) =
                 tokio::time::timeout(UPSTREAM_TIMEOUT, client.send(addr, req)).await
@@ -129,10 +136,14 @@ pub(super) async fn forward(
         });
     }
 
-    let mut tried: Vec<SocketAddr> = Vec::new();
+    // A request with a body is never sent again; nor is a third attempt.
+    let retryable = body.is_none();
+    let mut tried = Tried::default();
+    // A request that did not reach its endpoint, and whether its `Host` is the endpoint's.
+    let mut unsent: Option<(Request<ProxyBody>, bool)> = None;
     loop {
-        let Some(target) = endpoints.pick(subset, &tried) else {
-            return if tried.is_empty() {
+        let Some(addr) = endpoints.pick(subset, tried.addrs()) else {
+            return if tried.addrs().is_empty() {
                 plain(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("no ready endpoint in subset {subset:?}\n"),
@@ -142,34 +153,50 @@ pub(super) async fn forward(
                     StatusCode::BAD_GATEWAY,
                     format!(
                         "no endpoint of subset {subset:?} accepted a connection (tried {})\n",
-                        list(&tried)
+                        list(tried.addrs())
                     ),
                 )
             };
         };
-        let addr = target.addr;
         tried.push(addr);
-        let retryable = body.is_none();
-        // A request with a body is never sent again; nor is a third attempt.
-        let last = !retryable || tried.len() >= 3;
-        let Some(req) = build(&target, make_body(&mut body), &mut headers, last) else {
-            return plain(
-                StatusCode::BAD_REQUEST,
-                format!("cannot forward a request for {path:?}\n"),
-            );
+        let (req, endpoint_host) = match unsent.take() {
+            Some((mut req, endpoint_host)) => {
+                if endpoint_host {
+                    set_host(&mut req, addr);
+                }
+                (req, endpoint_host)
+            }
+            None => match build(addr, make_body(&mut body), &mut headers, false) {
+                Some(built) => built,
+                None => {
+                    return plain(
+                        StatusCode::BAD_REQUEST,
+                        format!("cannot forward a request for {path:?}\n"),
+                    );
+                }
+            },
         };
-        match tokio::time::timeout(UPSTREAM_TIMEOUT, client.send(addr, req)).await {
+        match lane
+            .deadlines
+            .within(UPSTREAM_TIMEOUT, lane.upstreams.send(addr, req))
+            .await
+        {
             Ok(Ok(mut response)) => {
                 strip_hop_by_hop(response.headers_mut());
                 return response;
             }
-            Ok(Err(e)) if e.is_connect() && retryable && tried.len() < 3 => continue,
-            Ok(Err(e)) => {
+            Ok(Err(SendError {
+                error,
+                unsent: Some(req),
+            })) if error.is_connect() && retryable && tried.addrs().len() < Tried::MOST => {
+                unsent = Some((req, endpoint_host));
+            }
+            Ok(Err(SendError { error, .. })) => {
                 return plain(
                     StatusCode::BAD_GATEWAY,
                     format!(
                         "upstream {addr} of subset {subset:?} failed: {}\n",
-                        error_chain(&e)
+                        error_chain(&error)
                     ),
                 );
             }
@@ -183,6 +210,44 @@ pub(super) async fn forward(
                 );
             }
         }
+    }
+}
+
+/// The endpoints a request was sent to, in order (no allocation: three at most).
+struct Tried {
+    addrs: [SocketAddr; Tried::MOST],
+    len: usize,
+}
+
+impl Tried {
+    /// How many endpoints a request is sent to at most.
+    const MOST: usize = 3;
+
+    fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs[..self.len]
+    }
+
+    fn push(&mut self, addr: SocketAddr) {
+        if self.len < Tried::MOST {
+            self.addrs[self.len] = addr;
+            self.len += 1;
+        }
+    }
+}
+
+impl Default for Tried {
+    fn default() -> Tried {
+        Tried {
+            addrs: [SocketAddr::from(([0, 0, 0, 0], 0)); Tried::MOST],
+            len: 0,
+        }
+    }
+}
+
+/// Names the endpoint in `Host`, for a request whose client sent none.
+fn set_host(req: &mut Request<ProxyBody>, addr: SocketAddr) {
+    if let Ok(v) = HeaderValue::from_str(&addr.to_string()) {
+        req.headers_mut().insert(header::HOST, v);
     }
 }
 

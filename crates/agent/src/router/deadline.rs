@@ -1,0 +1,196 @@
+//! Deadlines of the upstream exchanges in flight on one router thread, kept by one task that
+//! ticks once a second instead of a timer per request: a request puts its deadline in a list
+//! (no clock read, nothing in tokio's timer wheel), and the tick wakes those whose deadline
+//! has passed. A deadline is met up to one tick late, as a timeout of a minute can afford.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+
+/// The deadlines of one router thread's requests; clones share them.
+#[derive(Clone)]
+pub(super) struct Deadlines {
+    ticks: Arc<Mutex<Ticks>>,
+}
+
+/// The deadline passed before the future finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Elapsed;
+
+struct Ticks {
+    /// How long a tick is.
+    every: Duration,
+    /// Ticks counted since the ticking started (its last count: behind the clock by less than
+    /// one tick).
+    now: u64,
+    /// Whether the ticking task was started (on the first deadline, on that request's
+    /// runtime: the router thread's own).
+    ticking: bool,
+    waiting: Slab<Waiting>,
+}
+
+/// A request's deadline, as a tick count, and who to wake when it passes.
+struct Waiting {
+    at: u64,
+    waker: Option<Waker>,
+    passed: bool,
+}
+
+impl Deadlines {
+    /// Deadlines checked every `every`.
+    pub(super) fn new(every: Duration) -> Deadlines {
+        Deadlines {
+            ticks: Arc::new(Mutex::new(Ticks {
+                every,
+                now: 0,
+                ticking: false,
+                waiting: Slab::new(),
+            })),
+        }
+    }
+
+    /// Runs `future` until it finishes or `timeout` passes (measured in whole ticks, rounded up,
+    /// and one more: the count may be up to one tick behind the clock), whichever comes first.
+    /// Must be awaited on a tokio runtime (the first deadline starts the ticking there).
+    pub(super) async fn within<F: Future>(
+        &self,
+        timeout: Duration,
+        future: F,
+    ) -> Result<F::Output, Elapsed> {
+        let mut future = pin!(future);
+        let mut slot: Option<Slot<'_>> = None;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = future.as_mut().poll(cx) {
+                return Poll::Ready(Ok(out));
+            }
+            let slot = slot.get_or_insert_with(|| self.add(timeout));
+            let mut ticks = self.ticks.lock().expect("deadlines");
+            let waiting = &mut ticks.waiting[slot.key];
+            if waiting.passed {
+                return Poll::Ready(Err(Elapsed));
+            }
+            match &waiting.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => waiting.waker = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Puts a deadline `timeout` from now in the list (and starts the ticking if it is not).
+    fn add(&self, timeout: Duration) -> Slot<'_> {
+        let mut ticks = self.ticks.lock().expect("deadlines");
+        let after = timeout.as_nanos().div_ceil(ticks.every.as_nanos().max(1)) as u64 + 1;
+        let at = ticks.now.saturating_add(after);
+        let key = ticks.waiting.insert(Waiting {
+            at,
+            waker: None,
+            passed: false,
+        });
+        if !ticks.ticking {
+            ticks.ticking = true;
+            tokio::spawn(tick(Arc::downgrade(&self.ticks), ticks.every));
+        }
+        Slot { of: self, key }
+    }
+
+    /// How many deadlines are in the list.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ticks.lock().expect("deadlines").waiting.len()
+    }
+}
+
+/// A deadline in the list, taken out when its request is over (finished, timed out or
+/// dropped).
+struct Slot<'a> {
+    of: &'a Deadlines,
+    key: usize,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.of
+            .ticks
+            .lock()
+            .expect("deadlines")
+            .waiting
+            .remove(self.key);
+    }
+}
+
+/// Counts the ticks (from the clock, so a late wakeup does not slow the count) and wakes the
+/// requests whose deadline has passed; ends when the deadlines are dropped.
+async fn tick(ticks: Weak<Mutex<Ticks>>, every: Duration) {
+    let started = Instant::now();
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(ticks) = ticks.upgrade() else {
+            return;
+        };
+        let mut ticks = ticks.lock().expect("deadlines");
+        let now = (started.elapsed().as_nanos() / every.as_nanos().max(1)) as u64;
+        ticks.now = ticks.now.max(now);
+        let now = ticks.now;
+        for (_, waiting) in ticks.waiting.iter_mut() {
+            if !waiting.passed && waiting.at <= now {
+                waiting.passed = true;
+                if let Some(waker) = waiting.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_future_that_finishes_in_time_is_answered_and_its_deadline_is_taken_out() {
+        let deadlines = Deadlines::new(Duration::from_millis(10));
+        let out = deadlines
+            .within(Duration::from_millis(200), async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                7
+            })
+            .await;
+        assert_eq!(out, Ok(7));
+        // A ready future never goes in the list.
+        assert_eq!(deadlines.within(Duration::ZERO, async { 8 }).await, Ok(8));
+        assert_eq!(deadlines.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_future_that_does_not_finish_is_stopped_after_its_timeout_not_before() {
+        let deadlines = Deadlines::new(Duration::from_millis(10));
+        let started = Instant::now();
+        let out = deadlines
+            .within(Duration::from_millis(50), std::future::pending::<()>())
+            .await;
+        let took = started.elapsed();
+        assert_eq!(out, Err(Elapsed));
+        assert!(took >= Duration::from_millis(50), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert_eq!(deadlines.len(), 0);
+        // Others in flight are not touched by one that passed; a dropped one leaves the list.
+        let slow = deadlines.within(Duration::from_secs(60), std::future::pending::<()>());
+        let quick = deadlines.within(Duration::from_millis(30), std::future::pending::<()>());
+        let mut slow = Box::pin(slow);
+        tokio::select! {
+            _ = &mut slow => panic!("the slow one has a minute"),
+            out = quick => assert_eq!(out, Err(Elapsed)),
+        }
+        assert_eq!(deadlines.len(), 1);
+        drop(slow);
+        assert_eq!(deadlines.len(), 0);
+    }
+}

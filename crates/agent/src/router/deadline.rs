@@ -1,13 +1,14 @@
 //! Deadlines of the upstream exchanges in flight on one router thread, kept by one task that
 //! ticks once a second instead of a timer per request: a request puts its deadline in a list
 //! (no clock read, nothing in tokio's timer wheel), and the tick wakes those whose deadline
-//! has passed. A deadline is met up to one tick late, as a timeout of a minute can afford.
+//! has passed. A deadline is never met early, and up to one tick late (later only when the
+//! thread is so busy that its ticks run late), as a timeout of a minute can afford.
 
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use slab::Slab;
 
@@ -24,8 +25,9 @@ pub(super) struct Elapsed;
 struct Ticks {
     /// How long a tick is.
     every: Duration,
-    /// Ticks counted since the ticking started (its last count: behind the clock by less than
-    /// one tick).
+    /// Ticks counted since the ticking started. Ticks are at least a tick's length apart
+    /// (tokio's `MissedTickBehavior::Delay`), so `n` more counts take at least `n - 1` ticks'
+    /// length of time, whenever they start.
     now: u64,
     /// Whether the ticking task was started (on the first deadline, on that request's
     /// runtime: the router thread's own).
@@ -54,8 +56,8 @@ impl Deadlines {
     }
 
     /// Runs `future` until it finishes or `timeout` passes (measured in whole ticks, rounded up,
-    /// and one more: the count may be up to one tick behind the clock), whichever comes first.
-    /// Must be awaited on a tokio runtime (the first deadline starts the ticking there).
+    /// and one more: the current tick may be nearly over), whichever comes first. Must be
+    /// awaited on a tokio runtime (the first deadline starts the ticking there).
     pub(super) async fn within<F: Future>(
         &self,
         timeout: Duration,
@@ -94,7 +96,7 @@ impl Deadlines {
         });
         if !ticks.ticking {
             ticks.ticking = true;
-            tokio::spawn(tick(Arc::downgrade(&self.ticks), ticks.every));
+            tokio::spawn(tick(Ticking(Arc::downgrade(&self.ticks)), ticks.every));
         }
         Slot { of: self, key }
     }
@@ -124,28 +126,46 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// Counts the ticks (from the clock, so a late wakeup does not slow the count) and wakes the
-/// requests whose deadline has passed; ends when the deadlines are dropped.
-async fn tick(ticks: Weak<Mutex<Ticks>>, every: Duration) {
-    let started = Instant::now();
+/// The ticking task's hold on the deadlines: when the task ends or is dropped (its runtime
+/// shut down), the next deadline starts another.
+struct Ticking(Weak<Mutex<Ticks>>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        if let Some(ticks) = self.0.upgrade()
+            && let Ok(mut ticks) = ticks.lock()
+        {
+            ticks.ticking = false;
+        }
+    }
+}
+
+/// Counts the ticks and wakes the requests whose deadline has passed (after letting go of the
+/// list: a woken request takes its deadline out of it); ends when the deadlines are dropped.
+async fn tick(ticking: Ticking, every: Duration) {
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: not a tick's length after anything.
+    interval.tick().await;
+    let mut passed: Vec<Waker> = Vec::new();
     loop {
         interval.tick().await;
-        let Some(ticks) = ticks.upgrade() else {
+        let Some(ticks) = ticking.0.upgrade() else {
             return;
         };
-        let mut ticks = ticks.lock().expect("deadlines");
-        let now = (started.elapsed().as_nanos() / every.as_nanos().max(1)) as u64;
-        ticks.now = ticks.now.max(now);
-        let now = ticks.now;
-        for (_, waiting) in ticks.waiting.iter_mut() {
-            if !waiting.passed && waiting.at <= now {
-                waiting.passed = true;
-                if let Some(waker) = waiting.waker.take() {
-                    waker.wake();
+        {
+            let mut ticks = ticks.lock().expect("deadlines");
+            ticks.now += 1;
+            let now = ticks.now;
+            for (_, waiting) in ticks.waiting.iter_mut() {
+                if !waiting.passed && waiting.at <= now {
+                    waiting.passed = true;
+                    passed.extend(waiting.waker.take());
                 }
             }
+        }
+        for waker in passed.drain(..) {
+            waker.wake();
         }
     }
 }
@@ -153,6 +173,7 @@ async fn tick(ticks: Weak<Mutex<Ticks>>, every: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[tokio::test]
     async fn a_future_that_finishes_in_time_is_answered_and_its_deadline_is_taken_out() {
@@ -192,5 +213,27 @@ mod tests {
         assert_eq!(deadlines.len(), 1);
         drop(slow);
         assert_eq!(deadlines.len(), 0);
+    }
+
+    #[test]
+    fn deadlines_outliving_the_runtime_that_ticked_them_tick_on_the_next() {
+        let deadlines = Deadlines::new(Duration::from_millis(10));
+        let run = |deadlines: &Deadlines| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            // Bounded: with no ticking task, the deadline would never pass.
+            runtime.block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    deadlines.within(Duration::from_millis(30), std::future::pending::<()>()),
+                )
+                .await
+            })
+        };
+        assert_eq!(run(&deadlines), Ok(Err(Elapsed)));
+        // That runtime is gone, and its ticking task with it: the next one ticks anew.
+        assert_eq!(run(&deadlines), Ok(Err(Elapsed)));
     }
 }

@@ -125,13 +125,16 @@ pub(super) async fn forward(
         && let Some(addr) = endpoints.pick(&mirror, &[])
         && let Some((req, _)) = build(addr, make_body(&mut None), &mut headers, true)
     {
-        let client: Upstreams = lane.upstreams.clone();
+        let (client, deadlines): (Upstreams, Deadlines) =
+            (lane.upstreams.clone(), lane.deadlines.clone());
         tokio::spawn(async move {
-            if let Ok(Ok(response)) =
-                tokio::time::timeout(UPSTREAM_TIMEOUT, client.send(addr, req)).await
+            if let Ok(Ok(response)) = deadlines
+                .within(UPSTREAM_TIMEOUT, client.send(addr, req))
+                .await
             {
-                let _ =
-                    tokio::time::timeout(UPSTREAM_TIMEOUT, response.into_body().collect()).await;
+                let _ = deadlines
+                    .within(UPSTREAM_TIMEOUT, response.into_body().collect())
+                    .await;
             }
         });
     }

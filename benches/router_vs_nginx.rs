@@ -290,13 +290,18 @@ struct Samples {
     not_ok: u64,
 }
 
+/// Clock ticks per second, the unit of `/proc`'s CPU times.
+fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64
+}
+
 /// The whole machine's busy CPU time, seconds (every state of `/proc/stat`'s `cpu` line but
 /// idle and iowait).
 fn machine_busy() -> f64 {
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+    let ticks = clock_ticks();
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
         return 0.0;
@@ -335,10 +340,7 @@ impl Cpu {
 /// The CPU time of the process `pid` (all its threads) and of its direct children (nginx's
 /// workers), from `/proc` (clock ticks of 10 ms: a 5 s run at one core is ~500 of them).
 fn cpu_of(pid: u32) -> Cpu {
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+    let ticks = clock_ticks();
     let mut total = Cpu::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return total;

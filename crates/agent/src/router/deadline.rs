@@ -35,11 +35,11 @@ struct Ticks {
     waiting: Slab<Waiting>,
 }
 
-/// A request's deadline, as a tick count, and who to wake when it passes.
+/// A request's deadline, as a tick count (passed once the count reaches it), and who to wake
+/// then.
 struct Waiting {
     at: u64,
     waker: Option<Waker>,
-    passed: bool,
 }
 
 impl Deadlines {
@@ -69,10 +69,15 @@ impl Deadlines {
             if let Poll::Ready(out) = future.as_mut().poll(cx) {
                 return Poll::Ready(Ok(out));
             }
-            let slot = slot.get_or_insert_with(|| self.add(timeout));
+            let Some(slot) = &slot else {
+                // A deadline just added has not passed.
+                slot = Some(self.add(timeout, cx.waker()));
+                return Poll::Pending;
+            };
             let mut ticks = self.ticks.lock().expect("deadlines");
+            let now = ticks.now;
             let waiting = &mut ticks.waiting[slot.key];
-            if waiting.passed {
+            if waiting.at <= now {
                 return Poll::Ready(Err(Elapsed));
             }
             match &waiting.waker {
@@ -84,15 +89,15 @@ impl Deadlines {
         .await
     }
 
-    /// Puts a deadline `timeout` from now in the list (and starts the ticking if it is not).
-    fn add(&self, timeout: Duration) -> Slot<'_> {
+    /// Puts a deadline `timeout` from now in the list, with who to wake when it passes (and
+    /// starts the ticking if it is not).
+    fn add(&self, timeout: Duration, waker: &Waker) -> Slot<'_> {
         let mut ticks = self.ticks.lock().expect("deadlines");
         let after = timeout.as_nanos().div_ceil(ticks.every.as_nanos().max(1)) as u64 + 1;
         let at = ticks.now.saturating_add(after);
         let key = ticks.waiting.insert(Waiting {
             at,
-            waker: None,
-            passed: false,
+            waker: Some(waker.clone()),
         });
         if !ticks.ticking {
             ticks.ticking = true;
@@ -158,8 +163,7 @@ async fn tick(ticking: Ticking, every: Duration) {
             ticks.now += 1;
             let now = ticks.now;
             for (_, waiting) in ticks.waiting.iter_mut() {
-                if !waiting.passed && waiting.at <= now {
-                    waiting.passed = true;
+                if waiting.at <= now {
                     passed.extend(waiting.waker.take());
                 }
             }

@@ -61,6 +61,8 @@ pub(super) async fn forward(
     {
         headers.insert(header::HOST, v);
     }
+    // A client that sent no `Host` (nor an authority): each attempt names its endpoint.
+    let endpoint_host = !headers.contains_key(header::HOST);
     let path = parts
         .uri
         .path_and_query()
@@ -69,12 +71,11 @@ pub(super) async fn forward(
     // The headers are cloned for a mirror and moved into the request: a request that did not
     // reach its endpoint comes back whole to go to another, so nothing is copied in advance.
     let mut headers = Some(headers);
-    // Returns the request, and whether its `Host` is the endpoint's (the client sent none).
     let build = |addr: SocketAddr,
                  body: ProxyBody,
                  headers: &mut Option<HeaderMap>,
                  copy: bool|
-     -> Option<(Request<ProxyBody>, bool)> {
+     -> Option<Request<ProxyBody>> {
         // Origin-form, as HTTP/1.1 sends it to a server that is not a proxy.
         let mut req = Request::builder()
             .method(parts.method.clone())
@@ -86,11 +87,10 @@ pub(super) async fn forward(
         } else {
             headers.take()?
         };
-        let endpoint_host = !req.headers().contains_key(header::HOST);
         if endpoint_host {
             set_host(&mut req, addr);
         }
-        Some((req, endpoint_host))
+        Some(req)
     };
 
     // A request with no body can be sent again to another endpoint when the connection
@@ -123,16 +123,17 @@ pub(super) async fn forward(
 
     if let Some(mirror) = mirror
         && let Some(addr) = endpoints.pick(&mirror, &[])
-        && let Some((req, _)) = build(addr, make_body(&mut None), &mut headers, true)
+        && let Some(req) = build(addr, make_body(&mut None), &mut headers, true)
     {
-        let (client, deadlines): (Upstreams, Deadlines) =
-            (lane.upstreams.clone(), lane.deadlines.clone());
+        let lane = lane.clone();
         tokio::spawn(async move {
-            if let Ok(Ok(response)) = deadlines
-                .within(UPSTREAM_TIMEOUT, client.send(addr, req))
+            if let Ok(Ok(response)) = lane
+                .deadlines
+                .within(UPSTREAM_TIMEOUT, lane.upstreams.send(addr, req))
                 .await
             {
-                let _ = deadlines
+                let _ = lane
+                    .deadlines
                     .within(UPSTREAM_TIMEOUT, response.into_body().collect())
                     .await;
             }
@@ -142,8 +143,8 @@ pub(super) async fn forward(
     // A request with a body is never sent again; nor is a third attempt.
     let retryable = body.is_none();
     let mut tried = Tried::default();
-    // A request that did not reach its endpoint, and whether its `Host` is the endpoint's.
-    let mut unsent: Option<(Request<ProxyBody>, bool)> = None;
+    // A request that did not reach its endpoint, to go to the next.
+    let mut unsent: Option<Request<ProxyBody>> = None;
     loop {
         let Some(addr) = endpoints.pick(subset, tried.addrs()) else {
             return if tried.addrs().is_empty() {
@@ -162,12 +163,12 @@ pub(super) async fn forward(
             };
         };
         tried.push(addr);
-        let (req, endpoint_host) = match unsent.take() {
-            Some((mut req, endpoint_host)) => {
+        let req = match unsent.take() {
+            Some(mut req) => {
                 if endpoint_host {
                     set_host(&mut req, addr);
                 }
-                (req, endpoint_host)
+                req
             }
             None => match build(addr, make_body(&mut body), &mut headers, false) {
                 Some(built) => built,
@@ -192,7 +193,7 @@ pub(super) async fn forward(
                 error,
                 unsent: Some(req),
             })) if error.is_connect() && retryable && tried.addrs().len() < Tried::MOST => {
-                unsent = Some((req, endpoint_host));
+                unsent = Some(req);
             }
             Ok(Err(SendError { error, .. })) => {
                 return plain(

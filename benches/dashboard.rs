@@ -216,6 +216,7 @@ fn main() {
             events: tokio::sync::broadcast::channel(16).0,
             token: "t".into(),
             reads_need_token: false,
+            loopback_hosts_only: true,
             wake: tokio::sync::Notify::new(),
             sync: AtomicBool::new(false),
             pending_audit: Mutex::new(Vec::new()),
@@ -233,7 +234,7 @@ fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = flotilla_runtime::controller::api::router(shared.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(flotilla_runtime::controller::listen::serve(listener, app));
 
         let browser = browser::start().await;
         let client = &browser.client;

@@ -6,7 +6,8 @@
 //! `flotilla simulate` does; the peak is measured apart for each (VmHWM reset in between).
 //! Run with `cargo bench --bench fleet`; for a smaller run while iterating, set
 //! `FLEET_BENCH_CLUSTERS` and `FLEET_BENCH_SERVICES` (e.g. 2000 and 2; the waves keep their
-//! shape: 10 canary clusters, then up to 990, then the rest).
+//! shape: 10 canary clusters, then up to 990, then the rest); `FLEET_BENCH_KEEP=streamed` or
+//! `all` runs the services only the one way (e.g. under heaptrack).
 
 #[path = "common/scale.rs"]
 mod scale;
@@ -110,8 +111,12 @@ fn main() {
     // Nothing of the solo run stays alive for the peaks below.
     drop(slowest);
     drop((report, solo, durations));
+    // `FLEET_BENCH_KEEP`: `streamed` or `all` runs only that one (each alone under a profiler).
+    let keep = std::env::var("FLEET_BENCH_KEEP").unwrap_or_default();
     for streamed in [true, false] {
-        all_services(&inputs, clusters, services, streamed);
+        if keep.is_empty() || (keep == "streamed") == streamed {
+            all_services(&inputs, clusters, services, streamed);
+        }
     }
 }
 

@@ -111,6 +111,21 @@ fn authorize(token: &ControlToken, method: &Method, headers: &HeaderMap) -> Resu
 }
 
 async fn require_token(State(shared): AppState, request: Request, next: Next) -> Response {
+    // Reads are open, on loopback only: to clients that name it (no DNS rebinding).
+    if request.uri().path() != "/healthz"
+        && let Some(host) = request.headers().get(axum::http::header::HOST)
+        && !flotilla_agent_backend::loopback::names_loopback(host.to_str().unwrap_or(""))
+    {
+        return ApiError {
+            status: StatusCode::MISDIRECTED_REQUEST,
+            message: format!(
+                "host {:?} is not a loopback name: the control API answers only clients that \
+                 name it (localhost, 127.0.0.1, [::1])",
+                host.to_str().unwrap_or("?")
+            ),
+        }
+        .into_response();
+    }
     match authorize(&shared.token, request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),

@@ -3,8 +3,8 @@
 //! the process-level tests are in the workspace's `tests/agent_cli.rs`.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -415,22 +415,40 @@ async fn the_controller_going_away_leaves_traffic_flowing_with_the_last_weights(
 
 /// A server that answers each request with its method, URI, headers and body, as text.
 async fn echo_server() -> SocketAddr {
+    echo_server_seen().await.0
+}
+
+/// [`echo_server`], with the requests it received (method, `Host`, body length), in order.
+async fn echo_server_seen() -> (SocketAddr, Arc<Mutex<Vec<(String, String, usize)>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<(String, String, usize)>>> = Arc::default();
+    let log = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            let log = log.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(
-                    |request: http::Request<hyper::body::Incoming>| async move {
-                        let mut text = format!("{} {}\n", request.method(), request.uri());
-                        for (name, value) in request.headers() {
-                            text += &format!("{name}: {}\n", value.to_str().unwrap_or("?"));
+                    move |request: http::Request<hyper::body::Incoming>| {
+                        let log = log.clone();
+                        async move {
+                            let method = request.method().to_string();
+                            let host = request
+                                .headers()
+                                .get(http::header::HOST)
+                                .map(|h| h.to_str().unwrap_or("?").to_owned())
+                                .unwrap_or_default();
+                            let mut text = format!("{} {}\n", request.method(), request.uri());
+                            for (name, value) in request.headers() {
+                                text += &format!("{name}: {}\n", value.to_str().unwrap_or("?"));
+                            }
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            log.lock().unwrap().push((method, host, body.len()));
+                            text += &format!("body: {}\n", String::from_utf8_lossy(&body));
+                            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                                Bytes::from(text),
+                            )))
                         }
-                        let body = request.into_body().collect().await.unwrap().to_bytes();
-                        text += &format!("body: {}\n", String::from_utf8_lossy(&body));
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from(text),
-                        )))
                     },
                 );
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -439,7 +457,29 @@ async fn echo_server() -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, seen)
+}
+
+/// An agent in front of fixed endpoints (`stable` and `canary`: YAML lists of addresses),
+/// every request to the stable, with `extra` lines of configuration.
+async fn fixed_agent(stable: &str, canary: &str, extra: &str) -> Agent {
+    let config = AgentConfig::parse(
+        &format!(
+            r#"
+cluster: test
+router: {{listen: "127.0.0.1:0"}}
+control: {{listen: "127.0.0.1:0"}}
+weights: {{canary: 0}}
+{extra}
+subsets:
+  stable: {{endpoints: {stable}}}
+  canary: {{endpoints: {canary}}}
+"#
+        ),
+        "test.yaml",
+    )
+    .unwrap();
+    Agent::start(config, None).await.unwrap()
 }
 
 /// A request that reached no endpoint (the first one refuses connections) goes whole to the
@@ -453,22 +493,12 @@ async fn a_request_no_endpoint_took_goes_whole_to_the_next_unless_it_has_a_body(
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let config = AgentConfig::parse(
-        &format!(
-            r#"
-cluster: test
-router: {{listen: "127.0.0.1:0"}}
-control: {{listen: "127.0.0.1:0"}}
-weights: {{canary: 0}}
-subsets:
-  stable: {{endpoints: ["{closed}", "{echo}"]}}
-  canary: {{endpoints: ["{echo}"]}}
-"#
-        ),
-        "test.yaml",
+    let agent = fixed_agent(
+        &format!(r#"["{closed}", "{echo}"]"#),
+        &format!(r#"["{echo}"]"#),
+        "",
     )
-    .unwrap();
-    let agent = Agent::start(config, None).await.unwrap();
+    .await;
     let router = agent.router_addr();
     let http: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
@@ -529,6 +559,98 @@ subsets:
         }
     }
     assert_eq!((answered, refused), (2, 2));
+    agent.shutdown().await;
+}
+
+/// A mirrored request reaches both subsets whole, the copy's `Host` marked `-shadow` (as
+/// Istio's); a body larger than the mirror's buffer, streamed by the client or of a length
+/// known in advance, is not mirrored and reaches its subset whole, answered as any other. An
+/// absolute-form request's host is its URI's authority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirrored_request_reaches_both_and_a_large_body_goes_on_unmirrored() {
+    let (stable, stable_seen) = echo_server_seen().await;
+    let (canary, canary_seen) = echo_server_seen().await;
+    let agent = fixed_agent(
+        &format!(r#"["{stable}"]"#),
+        &format!(r#"["{canary}"]"#),
+        "mirrors: [{name: shadow, subset: canary, percentage: 100}]",
+    )
+    .await;
+    let router = agent.router_addr();
+    let http: Client<HttpConnector, http_body_util::StreamBody<_>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    // The client streams its body in chunks of 64 KiB (no length known in advance).
+    let post = async |len: usize| {
+        let chunks = (0..len.div_ceil(65_536)).map(move |i| {
+            let n = 65_536.min(len - i * 65_536);
+            Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(vec![b'x'; n])))
+        });
+        let request = http::Request::post(format!("http://{router}/upload"))
+            .header("host", "shop.example:8080")
+            .body(http_body_util::StreamBody::new(futures::stream::iter(
+                chunks,
+            )))
+            .unwrap();
+        let response = http.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.into_body().collect().await.unwrap().to_bytes();
+        (status, text.len())
+    };
+    let small = 1_000;
+    assert_eq!(post(small).await.0, 200);
+    eventually("the mirrored copy", Duration::from_secs(10), async || {
+        canary_seen.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(
+        canary_seen.lock().unwrap()[0],
+        (
+            "POST".to_owned(),
+            "shop.example-shadow:8080".to_owned(),
+            small
+        )
+    );
+    assert_eq!(
+        stable_seen.lock().unwrap()[0],
+        ("POST".to_owned(), "shop.example:8080".to_owned(), small)
+    );
+    let large = 5 * 1024 * 1024 + 123;
+    let (status, _) = post(large).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        stable_seen.lock().unwrap()[1],
+        ("POST".to_owned(), "shop.example:8080".to_owned(), large),
+        "the whole body reached the stable"
+    );
+    // The same with its length known in advance (`Content-Length`).
+    let sized: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let request = http::Request::post(format!("http://{router}/upload"))
+        .header("host", "shop.example:8080")
+        .body(Full::new(Bytes::from(vec![b'y'; large])))
+        .unwrap();
+    assert_eq!(sized.request(request).await.unwrap().status(), 200);
+    assert_eq!(stable_seen.lock().unwrap()[2].2, large);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(canary_seen.lock().unwrap().len(), 1, "not mirrored");
+    // An absolute-form request: its URI's authority is its host, not the `Host` it also sent
+    // (RFC 9112 §3.2.2).
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(router).await.unwrap();
+        raw.write_all(
+            b"GET http://real.example:81/x HTTP/1.1\r\nHost: fake.example\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut answer = String::new();
+        raw.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    assert_eq!(
+        stable_seen.lock().unwrap()[3],
+        ("GET".to_owned(), "real.example:81".to_owned(), 0)
+    );
     agent.shutdown().await;
 }
 
@@ -856,5 +978,19 @@ async fn changes_need_the_token_and_reads_do_not() {
         .with_token(format!("{}\n", setup.agent.control_token().secret()));
     assert_eq!(right.set_weights(90).await.unwrap().canary, 90);
     assert!(right.remove_route("users").await.unwrap().is_empty());
+    // Open reads answer only clients that name the loopback (no DNS rebinding); probes any.
+    for (path, host, expected) in [
+        ("/v1/status", "attacker.example", 421),
+        ("/v1/status", "localhost", 200),
+        ("/healthz", "attacker.example", 200),
+    ] {
+        let response = reqwest::Client::new()
+            .get(format!("{base}{path}"))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), expected, "{path} {host}");
+    }
     setup.stop().await;
 }

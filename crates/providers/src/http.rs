@@ -12,17 +12,18 @@ use url::Url;
 /// How much of a response body an error message quotes.
 pub(crate) const QUOTED_BODY_BYTES: usize = 1024;
 
-/// Parses an address, refusing anything but an absolute http(s) URL with a host.
+/// Parses an address, refusing anything but an absolute http(s) URL with a host (core's
+/// [`http_url`](flotilla_core::analysis::provider_checks::http_url), lint's rule too); the
+/// message names `what` and never shows a password.
 pub(crate) fn parse_http_url(text: &str, what: &str) -> Result<Url, String> {
-    let url = Url::parse(text.trim())
-        .map_err(|e| format!("{what} {:?} is not a URL: {e}", redact_text(text)))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!(
-            "{what} {:?} is not an http or https URL",
-            redact(&url)
-        ));
-    }
-    Ok(url)
+    use flotilla_core::analysis::provider_checks::{HttpUrlError, http_url};
+    http_url(text).map_err(|e| match e {
+        HttpUrlError::NotAUrl(_) => format!("{what} {:?} {e}", redact_text(text)),
+        HttpUrlError::NotHttp => {
+            let shown = Url::parse(text.trim()).map_or_else(|_| redact_text(text), |u| redact(&u));
+            format!("{what} {shown:?} {e}")
+        }
+    })
 }
 
 /// The URL as it may appear in a message: a password becomes `xxxxx` (as Go's `URL.Redacted`).

@@ -10,8 +10,8 @@ use flotilla_agent_backend::client::error_chain;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Full, Limited};
-use hyper::body::{Body, Incoming};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body, Frame, Incoming};
 
 use super::Lane;
 use super::deadline::Deadlines;
@@ -36,6 +36,90 @@ pub fn lane() -> Lane {
     }
 }
 
+/// A request body read for a mirrored copy.
+enum Buffered {
+    /// All of it, within [`MIRROR_BODY_LIMIT`]: sent to both.
+    Whole(Bytes),
+    /// Larger (or with trailers): what was read and the rest, as the client sent them, for the
+    /// request alone.
+    TooLarge(ProxyBody),
+}
+
+/// Reads `body` for a mirrored copy, up to [`MIRROR_BODY_LIMIT`].
+async fn buffer_for_mirror(mut body: Incoming) -> Result<Buffered, hyper::Error> {
+    let mut read: Vec<Frame<Bytes>> = Vec::new();
+    let mut len = 0;
+    loop {
+        let Some(frame) = body.frame().await.transpose()? else {
+            let mut whole = bytes::BytesMut::with_capacity(len);
+            for frame in read {
+                if let Ok(data) = frame.into_data() {
+                    whole.extend_from_slice(&data);
+                }
+            }
+            return Ok(Buffered::Whole(whole.freeze()));
+        };
+        let done = match frame.data_ref() {
+            Some(data) => {
+                len += data.len();
+                len > MIRROR_BODY_LIMIT
+            }
+            None => true,
+        };
+        read.push(frame);
+        if done {
+            return Ok(Buffered::TooLarge(
+                Replay {
+                    read: read.into(),
+                    len: len as u64,
+                    rest: body,
+                }
+                .boxed(),
+            ));
+        }
+    }
+}
+
+/// A body some of whose frames were read already: those, then the rest.
+struct Replay {
+    read: std::collections::VecDeque<Frame<Bytes>>,
+    /// The data bytes in `read`.
+    len: u64,
+    rest: Incoming,
+}
+
+impl Body for Replay {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(frame) = self.read.pop_front() {
+            if let Some(data) = frame.data_ref() {
+                self.len -= data.len() as u64;
+            }
+            return std::task::Poll::Ready(Some(Ok(frame)));
+        }
+        std::pin::Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let rest = self.rest.size_hint();
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(rest.lower() + self.len);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + self.len);
+        }
+        hint
+    }
+}
+
 /// Forwards a request to an endpoint of `subset` (another one when the connection cannot be
 /// made and the request has no body, three attempts at most), and a copy of it to an endpoint
 /// of `mirror`, when given, whose response is discarded.
@@ -55,8 +139,12 @@ pub(super) async fn forward(
     let (parts, body) = request.into_parts();
     let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
-    if !headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
+    if parts.version == http::Version::HTTP_2 {
+        join_cookies(&mut headers);
+    }
+    // The URI's authority (an absolute-form request, HTTP/2's `:authority`) is the request's
+    // host, whatever `Host` says (RFC 9112 §3.2.2, RFC 9113 §8.3.1).
+    if let Some(authority) = parts.uri.authority()
         && let Ok(v) = HeaderValue::from_str(authority.as_str())
     {
         headers.insert(header::HOST, v);
@@ -94,17 +182,36 @@ pub(super) async fn forward(
     };
 
     // A request with no body can be sent again to another endpoint when the connection
-    // could not be made (nothing reached the first one); a mirrored request is buffered.
+    // could not be made (nothing reached the first one); a mirrored request's body is buffered
+    // (a larger one, or one with trailers, goes on as it came, not mirrored).
     let empty = body.is_end_stream();
+    let mut mirror = mirror;
     let (buffered, mut body): (Option<Bytes>, Option<ProxyBody>) = if empty {
         (None, None)
     } else if mirror.is_some() {
-        match Limited::new(body, MIRROR_BODY_LIMIT).collect().await {
-            Ok(collected) => (Some(collected.to_bytes()), None),
-            Err(e) => {
+        match lane
+            .deadlines
+            .within(UPSTREAM_TIMEOUT, buffer_for_mirror(body))
+            .await
+        {
+            Ok(Ok(Buffered::Whole(bytes))) => (Some(bytes), None),
+            Ok(Ok(Buffered::TooLarge(body))) => {
+                mirror = None;
+                (None, Some(body))
+            }
+            Ok(Err(e)) => {
                 return plain(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("cannot mirror the request: its body could not be read: {e}\n"),
+                    StatusCode::BAD_REQUEST,
+                    format!("the request's body could not be read: {e}\n"),
+                );
+            }
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request's body did not arrive within {}s\n",
+                        UPSTREAM_TIMEOUT.as_secs()
+                    ),
                 );
             }
         }
@@ -123,8 +230,9 @@ pub(super) async fn forward(
 
     if let Some(mirror) = mirror
         && let Some(addr) = endpoints.pick(&mirror, &[])
-        && let Some(req) = build(addr, make_body(&mut None), &mut headers, true)
+        && let Some(mut req) = build(addr, make_body(&mut None), &mut headers, true)
     {
+        mark_shadow(&mut req);
         let lane = lane.clone();
         tokio::spawn(async move {
             if let Ok(Ok(response)) = lane
@@ -249,6 +357,46 @@ impl Default for Tried {
 }
 
 /// Names the endpoint in `Host`, for a request whose client sent none.
+/// Marks a mirrored copy as Istio's (Envoy's) mirroring does: `-shadow` appended to its
+/// `Host`'s name (`shop.example:8080` becomes `shop.example-shadow:8080`), so that the
+/// receiving application can tell the copies from the traffic it answers for real.
+fn mark_shadow(req: &mut Request<ProxyBody>) {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return;
+    };
+    // The port, if any, follows the last ':' after any IPv6 literal's ']'.
+    let name_end = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => i,
+        _ => host.len(),
+    };
+    let shadowed = format!("{}-shadow{}", &host[..name_end], &host[name_end..]);
+    if let Ok(v) = HeaderValue::from_str(&shadowed) {
+        req.headers_mut().insert(header::HOST, v);
+    }
+}
+
+/// An HTTP/2 client may send its cookies as several `cookie` fields; they are joined with
+/// `; ` into one before going on as HTTP/1.1 (RFC 9113 §8.2.3), where an application reads one
+/// `Cookie` line.
+fn join_cookies(headers: &mut HeaderMap) {
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (cookies.next(), cookies.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for value in headers.get_all(header::COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(value.as_bytes());
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, v);
+    }
+}
+
 fn set_host(req: &mut Request<ProxyBody>, addr: SocketAddr) {
     if let Ok(v) = HeaderValue::from_str(&addr.to_string()) {
         req.headers_mut().insert(header::HOST, v);
@@ -328,6 +476,37 @@ fn plain(status: StatusCode, text: String) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cookie_fields_are_joined_into_one() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        join_cookies(&mut headers);
+        assert_eq!(headers.get_all(header::COOKIE).iter().count(), 1);
+        headers.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        headers.append(header::COOKIE, HeaderValue::from_static("c=3"));
+        join_cookies(&mut headers);
+        let cookies: Vec<_> = headers.get_all(header::COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+    }
+
+    #[test]
+    fn a_mirrored_copy_names_its_host_with_shadow_before_the_port() {
+        for (host, shadowed) in [
+            ("shop.example", "shop.example-shadow"),
+            ("shop.example:8080", "shop.example-shadow:8080"),
+            ("127.0.0.1:80", "127.0.0.1-shadow:80"),
+            ("[::1]:8080", "[::1]-shadow:8080"),
+            ("[::1]", "[::1]-shadow"),
+        ] {
+            let mut req = Request::builder()
+                .header(header::HOST, host)
+                .body(empty_body())
+                .unwrap();
+            mark_shadow(&mut req);
+            assert_eq!(req.headers()[header::HOST], shadowed, "{host}");
+        }
+    }
 
     #[test]
     fn every_hop_by_hop_name_passes_the_length_filter_and_others_stay() {

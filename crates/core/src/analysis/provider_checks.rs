@@ -1,14 +1,54 @@
 //! What each SaaS and time-series provider block must hold before it can run (Argo's own checks,
 //! where Argo has them, else what the backend's API requires), and where its credentials come
-//! from. Lint reports both; the providers apply the same checks before sending anything.
+//! from, and what an address they send to must be ([`http_url`]). Lint reports them; the
+//! providers apply the same checks before sending anything.
 
 use crate::spec::analysis::{
     CloudWatchMetric, DatadogMetric, GraphiteMetric, InfluxdbMetric, MetricProvider, NewRelicMetric,
 };
 
+/// Why an address is not one an HTTP provider sends to.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HttpUrlError {
+    /// It does not parse as an absolute URL.
+    #[error("is not a URL: {0}")]
+    NotAUrl(url::ParseError),
+    /// Another scheme (`file:`, `ftp:`…), or no host.
+    #[error("is not an http or https URL")]
+    NotHttp,
+}
+
+/// Parses an address, refusing anything but an absolute http(s) URL with a host: the rule every
+/// HTTP provider applies before sending, and lint before the template runs.
+pub fn http_url(text: &str) -> Result<url::Url, HttpUrlError> {
+    let url = url::Url::parse(text.trim()).map_err(HttpUrlError::NotAUrl)?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(HttpUrlError::NotHttp);
+    }
+    Ok(url)
+}
+
+/// An address written in the manifest that [`http_url`] refuses, as `(field, message)`; one
+/// with an argument placeholder (`{{args.…}}`) is known only when the run resolves it.
+fn literal_address(field: &str, what: &str, text: Option<&str>) -> Option<(String, String)> {
+    let text = text.filter(|t| !t.contains("{{") && !t.trim().is_empty())?;
+    let error = http_url(text).err()?;
+    Some((field.to_owned(), format!("the {what} {error}")))
+}
+
 /// Problems of the provider block, as `(field path under provider, message)`.
 pub fn problems(provider: &MetricProvider) -> Vec<(String, String)> {
     let mut out = Vec::new();
+    if let Some(metric) = &provider.web {
+        out.extend(literal_address("web.url", "web url", Some(&metric.url)));
+    }
+    if let Some(metric) = &provider.prometheus {
+        out.extend(literal_address(
+            "prometheus.address",
+            "Prometheus address",
+            metric.address.as_deref(),
+        ));
+    }
     if let Some(metric) = &provider.datadog
         && let Err(message) = datadog(metric)
     {
@@ -174,6 +214,11 @@ fn graphite(metric: &GraphiteMetric) -> Vec<(String, String)> {
             "the Graphite address is missing".into(),
         ));
     }
+    out.extend(literal_address(
+        "address",
+        "Graphite address",
+        metric.address.as_deref(),
+    ));
     if metric.query.as_deref().is_none_or(|q| q.trim().is_empty()) {
         out.push((
             at_field_or_block("query", metric.query.is_some()),

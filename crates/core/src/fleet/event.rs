@@ -360,7 +360,11 @@ impl Pending {
     ) {
         self.push(Some(at), Some(name), decision, message);
         if let Some(event) = self.0.last_mut() {
-            event.evidence = evidence_of(name, cluster);
+            let mut evidence = evidence_of(name, cluster);
+            // Collected through a filter, the list has room for four; the simulator's report
+            // keeps a million of them (one measurement each, mostly).
+            evidence.shrink_to_fit();
+            event.evidence = evidence;
         }
     }
 

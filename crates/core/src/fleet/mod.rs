@@ -5,7 +5,7 @@
 //! and `now`, and returns per-cluster actions, measurement requests and the decisions made, as typed
 //! events ([`FleetEvent`]).
 //!
-//! From the ground up: `names` (the map by cluster name the state keeps its clusters in),
+//! From the ground up: `sorted` (the sorted-list map the state keeps its clusters and each cluster's runs in),
 //! `state` (the persisted state), `commands` (operator commands), `plan`
 //! (the resolved waves and per-cluster arguments), `overlay` (per-cluster overlays and pins),
 //! `event` (the decisions), `tick` (what a tick takes and hands back), `specs` (the specs a fleet
@@ -14,9 +14,9 @@
 mod commands;
 mod event;
 mod machine;
-mod names;
 mod overlay;
 mod plan;
+mod sorted;
 mod specs;
 mod state;
 mod tick;
@@ -24,9 +24,9 @@ mod tick;
 pub use commands::FleetCommand;
 pub use event::*;
 pub use machine::*;
-pub use names::NameMap;
 pub use overlay::*;
 pub use plan::*;
+pub use sorted::{AsObject, AsPairs, NameMap, SortedMap};
 pub use specs::FleetSpecs;
 pub use state::*;
 pub use tick::*;

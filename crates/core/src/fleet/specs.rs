@@ -16,7 +16,9 @@ pub struct FleetSpecs {
     pub previous: Rollout,
     /// The Rollout of this fleet revision (the desired state).
     pub next: Rollout,
-    /// Earlier revisions' specs, oldest first, once per pod template.
+    /// Earlier revisions' specs, oldest first, once per pod template: as many as the Rollout's
+    /// `revisionHistoryLimit` (default 10, the old ReplicaSets Argo keeps), and any a cluster
+    /// still runs as its baseline ([`super::FleetMachine::keep_spec`]).
     pub history: Vec<Rollout>,
 }
 
@@ -52,6 +54,19 @@ impl FleetSpecs {
         }
     }
 
+    /// Trims the history to its newest `limit` specs, keeping older ones `in_use` says yes to
+    /// (by pod-template hash): a spec a cluster still runs as its baseline.
+    pub fn trim(&mut self, limit: usize, in_use: impl Fn(&str) -> bool) {
+        let mut over = self.history.len().saturating_sub(limit);
+        self.history.retain(|spec| {
+            if over == 0 {
+                return true;
+            }
+            over -= 1;
+            in_use(&rollout::template_hash(spec))
+        });
+    }
+
     /// Adds a spec to the history, once per pod template.
     pub fn keep(&mut self, spec: Rollout) {
         let hash = rollout::template_hash(&spec);
@@ -62,5 +77,40 @@ impl FleetSpecs {
         {
             self.history.push(spec);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(image: &str) -> Rollout {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Rollout",
+            "metadata": {"name": "app"},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn trimming_drops_the_oldest_but_keeps_those_in_use() {
+        let mut specs = FleetSpecs::new(spec("app:9"));
+        for v in 1..=5 {
+            specs.keep(spec(&format!("app:{v}")));
+        }
+        specs.keep(spec("app:3"));
+        assert_eq!(specs.history.len(), 5, "once per pod template");
+        let in_use = rollout::template_hash(&spec("app:1"));
+        specs.trim(2, |hash| hash == in_use);
+        let images: Vec<&str> = specs
+            .history
+            .iter()
+            .map(|s| s.first_image().unwrap())
+            .collect();
+        assert_eq!(images, ["app:1", "app:4", "app:5"]);
+        specs.trim(0, |_| false);
+        assert!(specs.history.is_empty());
     }
 }

@@ -2,11 +2,11 @@
 //! status, rollout engine and analysis runs), the fleet's phase and waves, and the durable
 //! rejections.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::names::NameMap;
+use super::sorted::{AsPairs, NameMap, SortedMap};
 use crate::analysis::run::Run;
 use crate::rollout::{AnalysisSlot, Command, RolloutState, RunKey};
 use crate::time::Millis;
@@ -223,99 +223,4 @@ impl WaveRun {
 /// A cluster's analysis runs by key: a short list kept sorted by key (a cluster has a handful
 /// of runs, and in a large fleet a map's node would cost more than the runs it holds).
 /// Serialized as a list of (key, run) pairs (JSON maps need string keys).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct RunMap(Vec<(RunKey, Run)>);
-
-impl RunMap {
-    fn position(&self, key: &RunKey) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.cmp(key))
-    }
-
-    /// The run of a key.
-    pub fn get(&self, key: &RunKey) -> Option<&Run> {
-        self.position(key).ok().map(|i| &self.0[i].1)
-    }
-
-    /// The run of a key, to change it.
-    pub fn get_mut(&mut self, key: &RunKey) -> Option<&mut Run> {
-        self.position(key).ok().map(|i| &mut self.0[i].1)
-    }
-
-    /// Sets the run of a key; returns the one it replaces.
-    pub fn insert(&mut self, key: RunKey, run: Run) -> Option<Run> {
-        match self.position(&key) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, run)),
-            Err(i) => {
-                if self.0.len() == self.0.capacity() {
-                    self.0.reserve_exact(1);
-                }
-                self.0.insert(i, (key, run));
-                None
-            }
-        }
-    }
-
-    /// The keys, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &RunKey> {
-        self.0.iter().map(|(k, _)| k)
-    }
-
-    /// The runs, in key order.
-    pub fn values(&self) -> impl Iterator<Item = &Run> {
-        self.0.iter().map(|(_, r)| r)
-    }
-
-    /// The runs, in key order, to change them.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Run> {
-        self.0.iter_mut().map(|(_, r)| r)
-    }
-
-    /// (key, run) pairs, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&RunKey, &Run)> {
-        self.0.iter().map(|(k, r)| (k, r))
-    }
-
-    /// (key, run) pairs, in key order, to change the runs.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&RunKey, &mut Run)> {
-        self.0.iter_mut().map(|(k, r)| (&*k, r))
-    }
-
-    /// How many runs.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Removes every run.
-    pub fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-}
-
-impl std::ops::Index<&RunKey> for RunMap {
-    type Output = Run;
-
-    fn index(&self, key: &RunKey) -> &Run {
-        self.get(key).expect("known run")
-    }
-}
-
-impl Serialize for RunMap {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for RunMap {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RunMap, D::Error> {
-        // Sorted by key, the last of a repeated key kept (as a map would).
-        let runs: BTreeMap<RunKey, Run> = Vec::<(RunKey, Run)>::deserialize(deserializer)?
-            .into_iter()
-            .collect();
-        Ok(RunMap(runs.into_iter().collect()))
-    }
-}
+pub type RunMap = SortedMap<RunKey, Run, AsPairs>;

@@ -1945,6 +1945,43 @@ fn held_clusters_of_a_halted_fleet_stay_off_the_bad_revision_across_a_restart() 
     }
 }
 
+/// The fleet's spec history is bounded by the Rollout's `revisionHistoryLimit` (default 10)
+/// over any number of releases, oldest dropped first; `undo` reaches what is kept. (A spec a
+/// cluster runs as its baseline is kept too: `FleetSpecs::trim`'s test.)
+#[test]
+fn the_spec_history_keeps_revision_history_limit_specs() {
+    let (mut machine, mut specs) = durable_machine();
+    for minor in 10..40 {
+        assert!(machine.change_spec(&mut specs, rollout(&format!("payment-api:1.{minor}.0"))));
+    }
+    let images: Vec<&str> = specs
+        .history
+        .iter()
+        .map(|s| s.first_image().unwrap())
+        .collect();
+    assert_eq!(specs.history.len(), 10, "{images:?}");
+    assert_eq!(
+        images[0], "payment-api:1.28.0",
+        "the newest ten: {images:?}"
+    );
+    assert_eq!(images[9], "payment-api:1.37.0");
+    assert_eq!(specs.previous.first_image(), Some("payment-api:1.38.0"));
+    assert_eq!(
+        specs.undo_target(Some(2)).unwrap().first_image(),
+        Some("payment-api:1.29.0")
+    );
+    // A smaller limit in the desired Rollout applies at the next release.
+    let mut limited = rollout("payment-api:2.0.0");
+    limited.spec.revision_history_limit = Some(2);
+    assert!(machine.change_spec(&mut specs, limited));
+    let images: Vec<&str> = specs
+        .history
+        .iter()
+        .map(|s| s.first_image().unwrap())
+        .collect();
+    assert_eq!(images, ["payment-api:1.37.0", "payment-api:1.38.0"]);
+}
+
 /// A machine on 1.9.0 superseding 1.8.3, for the durable-change tests (states set by hand).
 fn durable_machine() -> (FleetMachine, FleetSpecs) {
     let plan =

@@ -1359,6 +1359,40 @@ fn cases() -> Vec<Case> {
                 "{cloudWatch: {metricDataQueries: [{id: e, metricStat: {metric: {namespace: Shop, metricName: Errors}, period: 60, stat: Sum}}]}}",
             )]),
         ),
+        // An address the providers would refuse at run time is an error before it runs.
+        case(
+            "provider/fields",
+            E,
+            "spec.metrics[0].provider.web.url",
+            template_metric(&[("provider", "{web: {url: 'file:///etc/passwd'}}")]),
+            template_metric(&[("provider", "{web: {url: '{{args.scheme}}://metrics.example/rate'}}")]),
+        ),
+        case(
+            "provider/fields",
+            E,
+            "spec.metrics[0].provider.prometheus.address",
+            template_metric(&[(
+                "provider",
+                "{prometheus: {address: 'prometheus:9090', query: 'sum(canary)'}}",
+            )]),
+            template_metric(&[(
+                "provider",
+                "{prometheus: {address: 'http://prometheus:9090', query: 'sum(canary)'}}",
+            )]),
+        ),
+        case(
+            "provider/fields",
+            E,
+            "spec.metrics[0].provider.graphite.address",
+            template_metric(&[(
+                "provider",
+                "{graphite: {address: 'graphite.example', query: 'target=errors'}}",
+            )]),
+            template_metric(&[(
+                "provider",
+                "{graphite: {address: 'https://graphite.example', query: 'target=errors'}}",
+            )]),
+        ),
         case(
             "provider/credentials",
             N,

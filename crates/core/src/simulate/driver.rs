@@ -450,7 +450,7 @@ pub(super) fn simulate(
                         .into_iter()
                         .flatten()
                         .filter(|c| {
-                            machine.state.clusters.get(c).map(|s| s.status)
+                            machine.state.clusters.get(c.as_str()).map(|s| s.status)
                                 == Some(ClusterStatus::Validated)
                                 && worlds.contains_key(*c)
                         })

@@ -76,12 +76,29 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// With `readsNeedToken`, every call but `/healthz` needs the bearer token.
+/// With `readsNeedToken`, every call but `/healthz` needs the bearer token; with reads open on
+/// loopback, every call but `/healthz` must name a loopback host.
 async fn guard_reads(
     State(shared): State<Arc<Shared>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    if shared.loopback_hosts_only
+        && request.uri().path() != "/healthz"
+        && let Some(host) = request.headers().get(axum::http::header::HOST)
+        && !flotilla_agent_backend::loopback::names_loopback(host.to_str().unwrap_or(""))
+    {
+        return ApiError(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "host {:?} is not a loopback name: the API's reads are open on loopback only, \
+                 to clients that name it (localhost, 127.0.0.1, [::1]); `readsNeedToken` serves \
+                 other names with the token",
+                host.to_str().unwrap_or("?")
+            ),
+        )
+        .into_response();
+    }
     if shared.reads_need_token
         && request.uri().path() != "/healthz"
         && let Err(e) = authorized(&shared, request.headers())
@@ -318,7 +335,8 @@ async fn events(
     let mut seen = last;
     if let Some(last) = last {
         let store = shared.store.clone();
-        match tokio::task::spawn_blocking(move || store.audit(None, last + 1)).await {
+        // The largest number is a client that has everything there can be (no overflow).
+        match tokio::task::spawn_blocking(move || store.audit(None, last.saturating_add(1))).await {
             Ok(Ok(missed)) => {
                 seen = Some(missed.last().map_or(last, |e| e.seq));
                 first.extend(missed.iter().filter_map(audit_event));
@@ -406,6 +424,7 @@ mod tests {
             events,
             token: TOKEN.into(),
             reads_need_token,
+            loopback_hosts_only: !reads_need_token,
             wake: Notify::new(),
             sync: AtomicBool::new(false),
             pending_audit: Mutex::new(Vec::new()),
@@ -419,7 +438,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = super::router(shared.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(super::super::listen::serve(listener, app));
         (format!("http://{address}"), shared, dir)
     }
 
@@ -609,6 +628,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn reads_need_the_token_when_configured_and_healthz_never_does() {
+        // reqwest is built without a default TLS provider (as `ApiClient::new` does).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::new();
         let (open, _, _d1) = api(false).await;
         let status = |r: reqwest::Response| r.status().as_u16();
@@ -648,6 +669,51 @@ mod tests {
         assert_eq!(status(r), 200);
         let r = client
             .get(format!("{closed}/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 200);
+        // Open reads answer only requests that name a loopback host (no DNS rebinding).
+        for (host, expected) in [
+            ("127.0.0.1:7070", 200),
+            ("localhost", 200),
+            ("LOCALHOST.:7070", 200),
+            ("[::1]:7070", 200),
+            ("attacker.example:7070", 421),
+            ("127.0.0.1.attacker.example", 421),
+        ] {
+            let r = client
+                .get(format!("{open}/v1/fleets"))
+                .header("host", host)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(status(r), expected, "{host}");
+        }
+        let r = client
+            .get(format!("{open}/healthz"))
+            .header("host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 200, "probes name any host");
+        // The CLI's client sends its token on reads too.
+        use super::super::client::{ApiClient, ApiClientError};
+        assert!(
+            ApiClient::new(&closed, Some(TOKEN.into()))
+                .list()
+                .await
+                .is_ok()
+        );
+        assert!(matches!(
+            ApiClient::new(&closed, None).list().await,
+            Err(ApiClientError::Refused { status: 401, .. })
+        ));
+        // A Last-Event-ID of the largest number is answered, not overflowed.
+        let r = client
+            .get(format!("{closed}/v1/events"))
+            .bearer_auth(TOKEN)
+            .header("last-event-id", u64::MAX.to_string())
             .send()
             .await
             .unwrap();

@@ -45,7 +45,8 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    /// A client of the daemon at `base`, with a token for mutating calls.
+    /// A client of the daemon at `base`, with a token for mutating calls (and for reads, which
+    /// a daemon with `readsNeedToken` closes).
     pub fn new(base: &str, token: Option<String>) -> ApiClient {
         // reqwest is built without a default TLS provider; install ring's if nobody has.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -61,11 +62,15 @@ impl ApiClient {
         }
     }
 
+    /// A read, with the token when the client has one (a daemon with `readsNeedToken` asks
+    /// for it on reads too).
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiClientError> {
         let url = format!("{}{path}", self.base);
-        let response = self
-            .http
-            .get(&url)
+        let mut request = self.http.get(&url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
             .send()
             .await
             .map_err(|e| ApiClientError::Transport {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::hub_store::HubStore;
 use super::record::{AuditEntry, FleetRecord, Notification, QueuedCommand};
-use super::store::{LocalStore, OpenMode, SCHEMA, StoreError, TickWrite};
+use super::store::{LocalStore, OpenMode, StoreError, TickWrite};
 
 /// The controller's store: a redb file, or the hub's API server (`hub.state: hub`).
 #[derive(Debug)]
@@ -26,7 +26,7 @@ impl Store {
     pub fn schema(&self) -> Result<u64, StoreError> {
         match self {
             Store::Local(store) => store.schema(),
-            Store::Hub(_) => Ok(SCHEMA),
+            Store::Hub(_) => Ok(super::hub_store::SCHEMA),
         }
     }
 

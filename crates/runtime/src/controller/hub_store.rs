@@ -46,8 +46,9 @@ const CONSUMED_KEPT: usize = 256;
 /// What a consumed `FleetCommand`'s status says.
 const CONSUMED_MESSAGE: &str =
     "consumed by the controller: its answer (applied or refused, and why) is in flotilla history";
-/// The head's schema version.
-const SCHEMA: u64 = 1;
+/// The head's schema version: as the local store's ([`super::store::SCHEMA`]), it goes up with
+/// every release whose records gain a field (1: the first release that kept state in the hub).
+pub(crate) const SCHEMA: u64 = 1;
 /// How many cluster objects are written at once.
 const WRITES_IN_FLIGHT: usize = 16;
 
@@ -166,9 +167,10 @@ fn read_fleet(
 ) -> Result<Head, String> {
     let spec = &head.spec;
     let schema = spec.get("schema").and_then(Value::as_u64).unwrap_or(0);
-    if schema != SCHEMA {
+    if schema == 0 || schema > SCHEMA {
         return Err(format!(
-            "FleetRolloutRecord {fleet} is of schema {schema}; this release reads {SCHEMA}"
+            "FleetRolloutRecord {fleet} is of schema {schema}; this release reads 1 to {SCHEMA} \
+             (a newer Flotilla wrote it, or not Flotilla)"
         ));
     }
     let generation = spec.get("generation").and_then(Value::as_u64).unwrap_or(0);
@@ -600,6 +602,7 @@ impl HubStore {
             if let Some(r) = tick.record {
                 let mut value = serde_json::to_value(r).map_err(|e| StoreError::Codec {
                     path: format!("the hub's namespace {}", self.state.namespace()),
+                    record: format!("FleetRolloutRecord {}", r.name),
                     source: e,
                 })?;
                 let clusters = value

@@ -28,6 +28,7 @@ pub mod fleet;
 pub mod hub_client;
 pub mod hub_status;
 pub mod hub_store;
+pub mod listen;
 pub mod notify;
 pub mod plots;
 pub mod record;
@@ -68,38 +69,39 @@ pub enum ServeError {
     Io(String),
 }
 
-/// Reads the bearer token, or creates it (mode 0600) at first start.
+/// Reads the bearer token, or creates it (mode 0600) at first start or over an empty file. A
+/// token file that exists is used only when it is open to no user but its owner and group and
+/// holds a token an HTTP header carries (the agents' rule): the token guards every change.
 pub fn token(path: &Path) -> Result<String, ServeError> {
-    if let Ok(text) = std::fs::read_to_string(path) {
-        let token = text.trim().to_owned();
-        if !token.is_empty() {
-            return Ok(token);
-        }
+    let empty = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0);
+    if path.exists() && !empty {
+        return flotilla_agent_backend::token::read_token_file(path, "tokenFile")
+            .map_err(|e| ServeError::Invalid(e.to_string()));
     }
     let mut bytes = [0u8; 24];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
         .map_err(|e| ServeError::Io(format!("cannot read /dev/urandom for a token: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let cannot = |e: std::io::Error| {
+        ServeError::Io(format!(
+            "cannot write the token file {}: {e}",
+            path.display()
+        ))
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| {
-            ServeError::Io(format!(
-                "cannot write the token file {}: {e}",
-                path.display()
-            ))
-        })?;
+        .map_err(cannot)?;
+    // An empty file that was there keeps its mode through `open`: made 0600 before the token
+    // goes in.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(cannot)?;
     file.write_all(format!("{token}\n").as_bytes())
-        .map_err(|e| {
-            ServeError::Io(format!(
-                "cannot write the token file {}: {e}",
-                path.display()
-            ))
-        })?;
+        .map_err(cannot)?;
     Ok(token)
 }
 
@@ -259,6 +261,7 @@ pub async fn serve(
         events,
         token,
         reads_need_token: config.reads_need_token,
+        loopback_hosts_only: !config.reads_need_token && config.listen.ip().is_loopback(),
         wake: Notify::new(),
         sync: AtomicBool::new(false),
         pending_audit: Mutex::new(Vec::new()),
@@ -336,9 +339,7 @@ pub async fn serve(
     }
     let app = api::router(shared.clone());
     let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the API server stopped");
-        }
+        listen::serve(listener, app).await;
     });
     let notify_wake = Arc::new(Notify::new());
     let notifier = tokio::spawn(notify::run(
@@ -454,25 +455,7 @@ pub async fn serve(
                             if let Some(d) = set.desired.iter().find(|d| {
                                 d.fleet_rollout.metadata.name.as_deref() == Some(controller.name())
                             }) {
-                                controller.set_invalid(Vec::new(), now);
-                                let before = controller
-                                    .fleet_changed(d)
-                                    .then(|| {
-                                        controller.record.desired.as_ref().map(|r| r.fleet.clone())
-                                    })
-                                    .flatten();
-                                extra.extend(controller.sync(d, &commit, now));
-                                // Clusters that joined or left (a hub's spoke Secrets, a
-                                // Fleet's entries): the fleet re-planned, not restarted.
-                                if let Some(before) = before {
-                                    match controller.replan(&before, d, &wiring, now) {
-                                        Ok(audit) => extra.extend(audit),
-                                        Err(e) => controller.set_invalid(
-                                            vec![format!("the Fleet's new clusters cannot be driven; the fleet keeps its clusters: {e}")],
-                                            now,
-                                        ),
-                                    }
-                                }
+                                extra.extend(controller.take(d, &commit, &wiring, now));
                             } else {
                                 let mut errors = set.errors_of(controller.name());
                                 if errors.is_empty() {
@@ -889,5 +872,39 @@ mod tests {
             "; trailers: Flotilla-Cluster: prod-us-east; Flotilla-Metric: latency-p95"
         );
         assert_eq!(super::trailers("\n"), "");
+    }
+
+    /// The API's token file: made 0600 where none is (or over an empty one, whatever its
+    /// mode), read back the same; one open to every user, or not a token, refused by name.
+    #[test]
+    fn the_token_file_is_made_private_and_an_open_or_bad_one_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let made = dir.path().join("made.token");
+        let token = super::token(&made).unwrap();
+        assert_eq!(token.len(), 48);
+        assert_eq!(mode(&made), 0o600);
+        assert_eq!(super::token(&made).unwrap(), token, "read back");
+
+        let empty = dir.path().join("empty.token");
+        std::fs::write(&empty, "").unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o644)).unwrap();
+        super::token(&empty).unwrap();
+        assert_eq!(mode(&empty), 0o600, "an empty file's mode is not kept");
+
+        let open = dir.path().join("open.token");
+        std::fs::write(&open, "s3cret\n").unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let why = super::token(&open).unwrap_err().to_string();
+        assert!(
+            why.contains("open.token") && why.contains("open to every user"),
+            "{why}"
+        );
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(super::token(&open).unwrap(), "s3cret");
+        std::fs::write(&open, "two words\n").unwrap();
+        let why = super::token(&open).unwrap_err().to_string();
+        assert!(why.contains("cannot carry"), "{why}");
     }
 }

@@ -138,6 +138,10 @@ pub struct Shared {
     pub token: String,
     /// Whether reads need the token too (`readsNeedToken`).
     pub reads_need_token: bool,
+    /// Whether a request must name a loopback host (`localhost`, `127.0.0.1`, `[::1]`): reads
+    /// open on a loopback listener, which a web page could otherwise read through a name that
+    /// resolves to 127.0.0.1 (DNS rebinding).
+    pub loopback_hosts_only: bool,
     /// Wakes the control loop (a command arrived).
     pub wake: Notify,
     /// Whether `flotilla sync` asked for the source to be read now.

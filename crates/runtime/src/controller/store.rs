@@ -19,8 +19,8 @@
 //! - Every call into redb is guarded: a panic inside it (a corrupt page) is an error that names
 //!   the file, never an abort.
 //! - The store carries its schema version ([`SCHEMA`], in the `meta` table); a store of the
-//!   release before versioning (no `meta` table, the same tables) is schema 1 and is upgraded in
-//!   place at open.
+//!   release before versioning (no `meta` table, the same tables) is schema 1; an earlier
+//!   version is upgraded in place at open, a newer one refused.
 //!
 //! redb was chosen for an ACID, single-file, pure-Rust store with no server and crash-safe
 //! commits (copy-on-write B-trees with a checksummed commit slot).
@@ -46,10 +46,16 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// not state a decision reads; a store without it (an earlier release's) reads as empty.
 const PLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("plots");
 
-/// The store's schema version: what this release writes and reads. Records change only by
-/// adding fields (older records decode with their defaults); a new version is for a change that
-/// needs converting records at open.
-pub const SCHEMA: u64 = 1;
+/// The store's schema version: what this release writes, and the newest it reads. Records
+/// change only by adding fields, so a store of an earlier version decodes with the new fields'
+/// defaults and is stamped with this version at open; the version goes up with every release
+/// whose records gain a field, because an earlier release would rewrite each record without it
+/// (a downgrade that loses state silently) where it must refuse the store instead.
+/// - 1: the release before versioning (no `meta` table) and the first versioned one (f38e965).
+/// - 2: fleet records carry the decisions' sequence (`eventSeq`: the notifications' ids), the
+///   commands already heard from clusters (`heard`) and a lockstep wave's barrier; a release of
+///   schema 1 would drop them, then repeat notification ids and apply cluster commands again.
+pub const SCHEMA: u64 = 2;
 
 /// How [`LocalStore::open`] may treat the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,10 +80,13 @@ pub enum StoreError {
         source: redb::Error,
     },
     /// A record could not be encoded or decoded.
-    #[error("store {path}: corrupt record: {source}")]
+    #[error("store {path}: corrupt record {record}: {source}")]
     Codec {
         /// The store file.
         path: String,
+        /// The record: its table and key (`fleets/payments`, `audit/42`), and the field path
+        /// where decoding failed.
+        record: String,
         /// Why.
         source: serde_json::Error,
     },
@@ -316,17 +325,33 @@ impl LocalStore {
         }
     }
 
-    fn encode<T: Serialize>(&self, value: &T) -> Result<Vec<u8>, StoreError> {
+    fn encode<T: Serialize>(&self, record: &str, value: &T) -> Result<Vec<u8>, StoreError> {
         serde_json::to_vec(value).map_err(|source| StoreError::Codec {
             path: self.path.clone(),
+            record: record.to_owned(),
             source,
         })
     }
 
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, StoreError> {
-        serde_json::from_slice(bytes).map_err(|source| StoreError::Codec {
-            path: self.path.clone(),
-            source,
+    /// Decodes the record `table/key`; an error names it and the field that failed.
+    fn decode<T: DeserializeOwned>(
+        &self,
+        table: &str,
+        key: impl std::fmt::Display,
+        bytes: &[u8],
+    ) -> Result<T, StoreError> {
+        let mut json = serde_json::Deserializer::from_slice(bytes);
+        serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            let field = e.path().to_string();
+            StoreError::Codec {
+                path: self.path.clone(),
+                record: if field == "." {
+                    format!("{table}/{key}")
+                } else {
+                    format!("{table}/{key} at {field}")
+                },
+                source: e.into_inner(),
+            }
         })
     }
 
@@ -349,8 +374,8 @@ impl LocalStore {
             let table = txn.open_table(FLEETS).map_err(|e| self.db_error(e))?;
             let mut out = Vec::new();
             for entry in table.iter().map_err(|e| self.db_error(e))? {
-                let (_, value) = entry.map_err(|e| self.db_error(e))?;
-                out.push(self.decode(value.value())?);
+                let (key, value) = entry.map_err(|e| self.db_error(e))?;
+                out.push(self.decode("fleets", key.value(), value.value())?);
             }
             Ok(out)
         })
@@ -376,8 +401,8 @@ impl LocalStore {
             let table = txn.open_table(COMMANDS).map_err(|e| self.db_error(e))?;
             let mut out = Vec::new();
             for entry in table.iter().map_err(|e| self.db_error(e))? {
-                let (_, value) = entry.map_err(|e| self.db_error(e))?;
-                out.push(self.decode(value.value())?);
+                let (key, value) = entry.map_err(|e| self.db_error(e))?;
+                out.push(self.decode("commands", key.value(), value.value())?);
             }
             Ok(out)
         })
@@ -402,14 +427,19 @@ impl LocalStore {
             encoded.push(Encoded {
                 record: tick
                     .record
-                    .map(|r| Ok::<_, StoreError>((r.name.as_str(), self.encode(r)?)))
+                    .map(|r| {
+                        Ok::<_, StoreError>((
+                            r.name.as_str(),
+                            self.encode(&format!("fleets/{}", r.name), r)?,
+                        ))
+                    })
                     .transpose()?,
                 consumed: tick.consumed,
                 audit: tick.audit,
                 notifications: tick
                     .notifications
                     .iter()
-                    .map(|n| self.encode(n))
+                    .map(|n| self.encode("outbox", n))
                     .collect::<Result<_, _>>()?,
                 plots: tick.plots,
             });
@@ -485,8 +515,8 @@ impl LocalStore {
             let table = txn.open_table(AUDIT).map_err(|e| self.db_error(e))?;
             let mut out = Vec::new();
             for entry in table.range(since..).map_err(|e| self.db_error(e))? {
-                let (_, value) = entry.map_err(|e| self.db_error(e))?;
-                let entry: AuditEntry = self.decode(value.value())?;
+                let (key, value) = entry.map_err(|e| self.db_error(e))?;
+                let entry: AuditEntry = self.decode("audit", key.value(), value.value())?;
                 if fleet.is_none_or(|f| f == entry.fleet) {
                     out.push(entry);
                 }
@@ -503,7 +533,10 @@ impl LocalStore {
             let mut out = Vec::new();
             for entry in table.iter().map_err(|e| self.db_error(e))? {
                 let (key, value) = entry.map_err(|e| self.db_error(e))?;
-                out.push((key.value(), self.decode(value.value())?));
+                out.push((
+                    key.value(),
+                    self.decode("outbox", key.value(), value.value())?,
+                ));
             }
             Ok(out)
         })
@@ -706,6 +739,27 @@ mod tests {
         assert_eq!(store.schema().unwrap(), SCHEMA);
     }
 
+    /// A record that cannot be decoded is an error naming its table, key and field.
+    #[test]
+    fn a_corrupt_record_is_named_with_its_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (store, _) = LocalStore::open(&path, OpenMode::Existing).unwrap();
+        store.enqueue(command("payments")).unwrap();
+        store
+            .write(|txn| {
+                txn.open_table(COMMANDS)?
+                    .insert(2, br#"{"id": 2, "fleet": 7}"#.as_slice())?;
+                Ok(())
+            })
+            .unwrap();
+        let why = store.pending_commands().unwrap_err().to_string();
+        assert!(
+            why.contains("state.redb: corrupt record commands/2 at fleet: invalid type"),
+            "{why}"
+        );
+    }
+
     #[test]
     fn init_never_replaces_a_store_that_holds_state() {
         let dir = tempfile::tempdir().unwrap();
@@ -781,7 +835,7 @@ mod tests {
     }
 
     #[test]
-    fn a_store_of_the_release_before_versioning_opens_as_schema_1_and_a_newer_one_is_refused() {
+    fn a_store_of_the_release_before_versioning_is_upgraded_at_open_and_a_newer_one_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let old = dir.path().join("old.redb");
         {
@@ -796,7 +850,11 @@ mod tests {
         }
         let (store, created) = LocalStore::open(&old, OpenMode::Existing).unwrap();
         assert!(!created);
-        assert_eq!(store.schema().unwrap(), 1);
+        assert_eq!(
+            store.schema().unwrap(),
+            SCHEMA,
+            "stamped with this release's version"
+        );
         store
             .write(|txn| {
                 txn.open_table(META)?.insert("schema", SCHEMA + 1)?;

@@ -110,7 +110,7 @@ impl FleetMachine {
                 let in_flight: Vec<&String> = members
                     .iter()
                     .filter(|n| {
-                        self.state.clusters.get(n).is_some_and(|c| {
+                        self.state.clusters.get(n.as_str()).is_some_and(|c| {
                             matches!(c.status, ClusterStatus::Paused | ClusterStatus::Progressing)
                         })
                     })

@@ -33,9 +33,9 @@ impl FleetMachine {
                 next: &next,
             },
         );
-        specs.keep(old_previous);
-        self.remember(&next);
         specs.next = next;
+        self.keep_spec(specs, old_previous);
+        self.remember(&specs.next);
         true
     }
 
@@ -68,8 +68,8 @@ impl FleetMachine {
             .map(|(name, c)| (name.clone(), c.rollout.clone()))
             .collect();
         let old_next = std::mem::replace(&mut specs.next, spec.clone());
-        specs.keep(old_next);
         specs.previous = spec;
+        self.keep_spec(specs, old_next);
         let mut settled = FleetMachine::new(self.plan.clone(), &specs.revisions(), None);
         for known in &specs.history {
             settled.remember(known);
@@ -205,6 +205,21 @@ impl FleetMachine {
         self.events
             .push(None, Some(cluster), Decision::Adopted, message);
         true
+    }
+
+    /// Adds `spec` to the fleet's history and trims the history to the desired Rollout's
+    /// `revisionHistoryLimit` (default 10, as many old ReplicaSets as Argo keeps), never dropping
+    /// a spec a cluster runs as its baseline: the persisted record (a hub object under the API
+    /// server's size limit) stays bounded over any number of releases.
+    pub fn keep_spec(&self, specs: &mut FleetSpecs, spec: Rollout) {
+        specs.keep(spec);
+        let limit = specs.next.spec.revision_history_limit.unwrap_or(10).max(0) as usize;
+        specs.trim(limit, |hash| {
+            self.state
+                .clusters
+                .values()
+                .any(|c| c.baseline.as_deref() == Some(hash))
+        });
     }
 
     /// Makes a spec available as a baseline (a restored machine is told the specs its clusters'

@@ -72,11 +72,56 @@ impl FleetController {
         }
     }
 
+    /// A new desired state from the source (a Git commit), taken whole or not at all: a Rollout
+    /// some cluster's backend cannot drive, or a Fleet whose new clusters cannot be reached or
+    /// cannot drive it, refuses the commit for this fleet. Nothing of it is applied (neither the
+    /// new revision nor the Fleet is kept, so a restart starts from the last valid one) and the
+    /// refusal stays shown until a commit is taken.
+    pub fn take(
+        &mut self,
+        desired: &Desired,
+        commit: &str,
+        wiring: &super::Wiring,
+        now: Millis,
+    ) -> Vec<AuditEntry> {
+        let short = &commit[..commit.len().min(12)];
+        let mut errors = Vec::new();
+        if let Some(why) = self.lacking(&desired.rollout) {
+            errors.push(format!("commit {short}: {why}"));
+        }
+        // Clusters that joined or left (a hub's spoke Secrets, a Fleet's entries): the fleet
+        // re-planned, not restarted.
+        let before = self
+            .record
+            .desired
+            .as_ref()
+            .filter(|d| d.fleet != desired.fleet)
+            .map(|d| d.fleet.clone());
+        let replan = before.and_then(|before| {
+            self.prepare_replan(&before, desired, wiring)
+                .map_err(|e| {
+                    errors.push(format!(
+                        "commit {short}: the Fleet's new clusters cannot be driven: {e}"
+                    ))
+                })
+                .ok()
+        });
+        self.set_invalid(errors, now);
+        if !self.invalid.is_empty() {
+            return Vec::new();
+        }
+        let mut audit = self.sync(desired, commit, now);
+        if let Some(replan) = replan {
+            audit.extend(self.apply_replan(replan, now));
+        }
+        audit
+    }
+
     /// A new desired state from the source (a Git commit). A changed Rollout is a new fleet
     /// revision (the supersede rule), except when it is the previous spec while the fleet is
     /// halted or aborted with no cluster validated: Git then agrees with the rollback, and the
     /// fleet settles on it without rolling anything out (durable rejections are kept).
-    pub fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
+    fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
         if let Some(why) = self.lacking(&desired.rollout) {
             self.set_invalid(vec![why], now);
             return Vec::new();

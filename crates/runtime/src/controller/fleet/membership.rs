@@ -22,29 +22,25 @@ impl FleetController {
             .is_none_or(|d| d.fleet != desired.fleet)
     }
 
-    /// Re-plans the fleet over `desired`'s clusters, from `before` (the Fleet it ran with):
-    /// what a restart would do, without one. Refused (nothing changed) when a joining
-    /// cluster's backend cannot be made or cannot drive the Rollout.
-    pub fn replan(
-        &mut self,
+    /// What re-planning the fleet over `desired`'s clusters from `before` (the Fleet it ran
+    /// with) takes, made before anything changes: refused when a joining cluster's backend
+    /// cannot be made or cannot drive the Rollout. [`FleetController::apply_replan`] carries it
+    /// out.
+    pub fn prepare_replan(
+        &self,
         before: &flotilla_core::spec::fleet::Fleet,
         desired: &Desired,
         wiring: &Wiring,
-        now: Millis,
-    ) -> Result<Vec<AuditEntry>, FleetError> {
+    ) -> Result<Replan, FleetError> {
         let mut plan =
             FleetPlan::resolve(&desired.fleet, &desired.fleet_rollout, &desired.templates)
                 .map_err(|e| FleetError(e.0))?;
         plan.secrets = desired.secrets.clone();
-        plan.cluster_secrets = self.machine.plan().cluster_secrets.clone();
-        plan.cluster_secrets
-            .retain(|name, _| plan.clusters.contains_key(name));
         let target = crate::controller::backends::Target {
             rollout: desired.fleet_rollout.spec.rollout.clone(),
             rollout_source: desired.fleet_rollout.spec.rollout_source,
         };
-        // The backends of the clusters that joined or whose entry changed, all made before
-        // anything changes.
+        // The backends of the clusters that joined or whose entry changed.
         let mut made = Vec::new();
         for cluster in &desired.fleet.spec.clusters {
             if !plan.clusters.contains_key(&cluster.name) {
@@ -58,6 +54,24 @@ impl FleetController {
             let in_cluster = crate::controller::backends::spec_in_cluster(cluster, &target);
             made.push((cluster.name.clone(), backend, in_cluster));
         }
+        Ok(Replan {
+            plan,
+            made,
+            tick: wiring.tick,
+        })
+    }
+
+    /// Re-plans the fleet as [`FleetController::prepare_replan`] made ready: what a restart
+    /// would do, without one. Cannot fail.
+    pub fn apply_replan(&mut self, replan: Replan, now: Millis) -> Vec<AuditEntry> {
+        let Replan {
+            mut plan,
+            made,
+            tick,
+        } = replan;
+        plan.cluster_secrets = self.machine.plan().cluster_secrets.clone();
+        plan.cluster_secrets
+            .retain(|name, _| plan.clusters.contains_key(name));
         let mut audit = Vec::new();
         let left: Vec<String> = self
             .clusters
@@ -97,7 +111,6 @@ impl FleetController {
             self.spec_sources.remove(name);
             self.record.adopting.remove(name);
         }
-        let tick = wiring.tick;
         for (name, backend, in_cluster) in made {
             let joined = !self.clusters.contains_key(&name);
             if in_cluster {
@@ -128,6 +141,20 @@ impl FleetController {
         }
         self.machine.replan(plan);
         self.record.state = self.machine.state().clone();
-        Ok(audit)
+        audit
     }
+}
+
+/// A re-plan made ready by [`FleetController::prepare_replan`]: the plan over the new Fleet and
+/// the backends of the clusters that joined or whose entry changed (name, backend, whether its
+/// Rollout spec is owned in the cluster).
+pub struct Replan {
+    plan: FleetPlan,
+    made: Vec<(
+        String,
+        std::sync::Arc<dyn flotilla_core::backend::ClusterBackend>,
+        bool,
+    )>,
+    /// The clusters' reconcile interval.
+    tick: std::time::Duration,
 }

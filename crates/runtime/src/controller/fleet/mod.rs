@@ -14,6 +14,7 @@ mod follow;
 mod images;
 mod intent;
 mod membership;
+pub use membership::Replan;
 mod repair;
 mod views;
 
@@ -609,7 +610,7 @@ impl FleetController {
         }
         let hash = template_hash(&baseline);
         self.images.insert(hash, first_image(&baseline));
-        self.record.specs.keep(baseline);
+        self.machine.keep_spec(&mut self.record.specs, baseline);
         self.record.adopting.remove(name);
     }
 

@@ -125,9 +125,8 @@ async fn clusters_join_and_leave_a_running_fleet_without_a_restart() {
         .unwrap()
         .cluster = "prod-eu-north".into();
     assert!(controller.fleet_changed(&after));
-    let audit = controller
-        .replan(&before.fleet, &after, &wiring, 1_000)
-        .unwrap();
+    let audit = controller.take(&after, "c0ffee", &wiring, 1_000);
+    assert!(controller.invalid.is_empty(), "{:?}", controller.invalid);
     let said: Vec<&str> = audit.iter().map(|e| e.message.as_str()).collect();
     assert!(
         said.iter().any(|m| m.starts_with(&format!(
@@ -155,6 +154,73 @@ async fn clusters_join_and_leave_a_running_fleet_without_a_restart() {
         ["prod-eu-north"]
     );
     assert!(controller.plan().clusters.contains_key("prod-eu-north"));
+}
+
+/// A commit that changes the image and adds a cluster that cannot be driven is refused whole
+/// for the fleet: no new revision, the Fleet it ran with kept (what a restart starts from), the
+/// refusal shown and shown again for the same commit; the image alone is then taken.
+#[tokio::test]
+async fn a_commit_whose_new_cluster_cannot_be_driven_changes_nothing() {
+    let standard =
+        crate::controller::backends::Backends::standard(Default::default(), Default::default());
+    let mut wiring = wiring();
+    wiring.backends = crate::controller::backends::Backends::with(move |cluster, target| {
+        if cluster.name == "prod-eu-north" {
+            Err("its API server refused the connection".into())
+        } else {
+            standard.connect(cluster, target)
+        }
+    });
+    let before = desired("payment-api:1.8.3");
+    let mut controller = super::FleetController::new(&before, None, &wiring).unwrap();
+    let revision = controller.record.state.revision.clone();
+    let mut after = desired("payment-api:1.9.0");
+    let mut joining = after.fleet.spec.clusters[0].clone();
+    joining.name = "prod-eu-north".into();
+    after.fleet.spec.clusters.push(joining);
+    let list = after.fleet_rollout.spec.waves.list.as_mut().unwrap();
+    let mut entry = list.last().unwrap().clone();
+    entry.cluster = "prod-eu-north".into();
+    list.push(entry);
+    for _ in 0..2 {
+        let audit = controller.take(&after, "badc0ffee", &wiring, 1_000);
+        assert!(audit.is_empty(), "{audit:#?}");
+        assert_eq!(controller.invalid.len(), 1, "{:?}", controller.invalid);
+        assert!(
+            controller.invalid[0].starts_with(
+                "commit badc0ffee: the Fleet's new clusters cannot be driven: its API server refused"
+            ),
+            "{:?}",
+            controller.invalid
+        );
+        assert_eq!(
+            controller.record.state.revision, revision,
+            "no new revision"
+        );
+        assert_eq!(controller.machine.state().revision, revision);
+        assert_eq!(
+            controller.record.desired.as_ref().unwrap().fleet,
+            before.fleet,
+            "the Fleet it ran with is kept"
+        );
+        assert!(!controller.clusters.contains_key("prod-eu-north"));
+        assert!(
+            !controller
+                .record
+                .state
+                .clusters
+                .contains_key("prod-eu-north")
+        );
+    }
+    // The record as stored restarts the fleet on what it ran.
+    super::FleetController::new(&before, Some(controller.record.clone()), &wiring).unwrap();
+    let image_only = desired("payment-api:1.9.0");
+    controller.take(&image_only, "good", &wiring, 2_000);
+    assert!(controller.invalid.is_empty(), "{:?}", controller.invalid);
+    assert_ne!(
+        controller.record.state.revision, revision,
+        "the new image is a revision"
+    );
 }
 
 /// A cluster added to the Fleet of a fleet that already has a record is adopted from what

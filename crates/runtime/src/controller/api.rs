@@ -339,6 +339,12 @@ async fn events(
         match tokio::task::spawn_blocking(move || store.audit(None, last.saturating_add(1))).await {
             Ok(Ok(missed)) => {
                 seen = Some(missed.last().map_or(last, |e| e.seq));
+                // Entries the store no longer keeps (`auditKept`): said, not skipped in silence.
+                if let Some(oldest) = missed.first()
+                    && oldest.seq > last.saturating_add(1)
+                {
+                    first.push(gap_event(Some(oldest.seq - last - 1)));
+                }
                 first.extend(missed.iter().filter_map(audit_event));
             }
             _ => first.push(gap_event(None)),
@@ -372,9 +378,18 @@ mod tests {
 
     /// A live API on loopback with one fleet, `payments`, of two waves and one cluster each.
     async fn api(reads_need_token: bool) -> (String, Arc<Shared>, tempfile::TempDir) {
+        api_keeping(reads_need_token, 0).await
+    }
+
+    /// [`api`] over a store that keeps `audit_kept` audit entries (0: every one).
+    async fn api_keeping(
+        reads_need_token: bool,
+        audit_kept: u64,
+    ) -> (String, Arc<Shared>, tempfile::TempDir) {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(&dir.path().join("s.redb"), OpenMode::Existing).unwrap();
+        let (mut store, _) = Store::open(&dir.path().join("s.redb"), OpenMode::Existing).unwrap();
+        store.keep_audit(audit_kept);
         let summary = FleetSummary {
             name: "payments".into(),
             revision: "r1".into(),
@@ -805,5 +820,33 @@ mod tests {
         }
         let text = reader.await.unwrap();
         assert!(text.contains("\"missed\":"), "{text}");
+        // A store that keeps two entries (`auditKept`): a client that had 1 is told that one
+        // (2) is gone, then gets the two kept.
+        let (base, shared, _dir) = api_keeping(false, 2).await;
+        shared
+            .store
+            .commit_ticks(vec![TickWrite {
+                audit: (1..=4).map(entry).collect(),
+                ..TickWrite::default()
+            }])
+            .unwrap();
+        assert_eq!(
+            shared
+                .store
+                .audit(None, 0)
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            [3, 4],
+            "the oldest dropped"
+        );
+        let text = read_events(&format!("{base}/v1/events"), Some(1), |t| {
+            t.contains("\"e4\"")
+        })
+        .await;
+        let gap = text.find("gap").unwrap_or_else(|| panic!("{text}"));
+        assert!(text[gap..].contains("{\"missed\":1}"), "{text}");
+        assert!(text.find("\"e3\"").unwrap() > gap, "{text}");
     }
 }

@@ -70,6 +70,10 @@ pub struct DaemonConfig {
     /// port sees the fleets, their history and their clusters' endpoints).
     #[serde(default)]
     pub public_reads: bool,
+    /// How many audit entries the store keeps, the oldest dropped first (0: every one). A state
+    /// in the hub keeps its own, fewer (`hub_store::AUDIT_KEPT` per fleet).
+    #[serde(default = "default_audit_kept")]
+    pub audit_kept: u64,
     /// Where `valueFrom.secretKeyRef {name, key}` template arguments are read: the file
     /// `<dir>/<name>/<key>`, after the environment variable `FLOTILLA_SECRET_<NAME>_<KEY>`.
     #[serde(default)]
@@ -268,6 +272,14 @@ pub const EVENTS: &[&str] = &[
     "cluster-paused",
 ];
 
+/// The audit entries a store keeps by default: months of a busy fleet's decisions, a bounded
+/// file and bounded reads of the history.
+pub const DEFAULT_AUDIT_KEPT: u64 = 100_000;
+
+fn default_audit_kept() -> u64 {
+    DEFAULT_AUDIT_KEPT
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7070))
 }
@@ -320,6 +332,8 @@ pub struct Resolved {
     pub notifications: Vec<Sink>,
     /// Reads need the bearer token too.
     pub reads_need_token: bool,
+    /// How many audit entries the store keeps (0: every one).
+    pub audit_kept: u64,
     /// `--init-store`: create the store over an empty file (set by the command line).
     pub init_store: bool,
     /// The state is kept in the hub (`hub.state: hub`), not in `store`.
@@ -546,6 +560,7 @@ impl DaemonConfig {
             tick_ms,
             notifications: config.notifications,
             reads_need_token: config.reads_need_token,
+            audit_kept: config.audit_kept,
             init_store: false,
             state_in_hub: config.hub.as_ref().is_some_and(|h| h.state == StateIn::Hub),
             secrets_dir: config.secrets_dir.as_deref().map(resolve),
@@ -658,6 +673,7 @@ mod tests {
         assert_eq!((git.branch.as_str(), interval_ms), ("main", 2000));
         assert_eq!(cache, Path::new("/x/s.git-cache"));
         assert_eq!(resolved.tick_ms, 1000);
+        assert_eq!(resolved.audit_kept, super::DEFAULT_AUDIT_KEPT);
         assert_eq!(resolved.listen, default_listen());
     }
 

@@ -22,6 +22,14 @@ impl Store {
         LocalStore::open(path, mode).map(|(store, created)| (Store::Local(store), created))
     }
 
+    /// Keeps the newest `kept` audit entries of a local store (0: every one); a state in the hub
+    /// keeps its own bound per fleet.
+    pub fn keep_audit(&mut self, kept: u64) {
+        if let Store::Local(store) = self {
+            store.keep_audit(kept);
+        }
+    }
+
     /// The schema version of the state.
     pub fn schema(&self) -> Result<u64, StoreError> {
         match self {

@@ -148,6 +148,19 @@ fn hub_error(e: StateError) -> StoreError {
     StoreError::Hub(e.to_string())
 }
 
+/// Why a fleet cannot be kept in the hub by this name (None: it can): the hub names a fleet's
+/// cluster objects `<fleet>.<cluster>`, which, for a name with a `.`, may be the name of another
+/// fleet's object (fleet `pay.eu`'s head is fleet `pay`'s cluster `eu`).
+pub fn fleet_name_problem(fleet: &str) -> Option<String> {
+    fleet.contains('.').then(|| {
+        format!(
+            "the FleetRollout {fleet:?} cannot be kept in the hub (hub.state: hub): its name holds \
+             a '.', and the hub names a fleet's cluster objects <fleet>.<cluster>, which another \
+             fleet's could be; name it without '.'"
+        )
+    })
+}
+
 /// A command's id, from its uid: stable across restarts, within JSON's exact integers.
 pub fn command_id(uid: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -359,6 +372,12 @@ impl HubStore {
             .into_iter()
             .filter(|r| !known.contains(&r.name))
             .collect();
+        if let Some(problem) = records.iter().find_map(|r| fleet_name_problem(&r.name)) {
+            return Err(refused(
+                &self.state,
+                format!("cannot import the store file: {problem}; nothing was imported"),
+            ));
+        }
         let audit = local.audit(None, 0)?;
         let outbox = local.outbox()?;
         let mut imported = Vec::new();
@@ -821,6 +840,23 @@ mod tests {
             part: part.into(),
             spec,
         }
+    }
+
+    /// A fleet whose name holds a '.' could take another fleet's cluster object's name: it is
+    /// refused for the hub, by name.
+    #[test]
+    fn a_fleet_name_with_a_dot_is_refused_for_the_hub() {
+        assert_eq!(
+            flotilla_kube::state::cluster_object_name("pay", "eu"),
+            "pay.eu",
+            "the name fleet pay.eu's head would have"
+        );
+        let why = super::fleet_name_problem("pay.eu").unwrap();
+        assert!(
+            why.contains("\"pay.eu\"") && why.contains("without '.'"),
+            "{why}"
+        );
+        assert!(super::fleet_name_problem("payments-eu").is_none());
     }
 
     #[test]

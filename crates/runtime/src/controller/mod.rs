@@ -162,10 +162,11 @@ pub async fn serve(
             Store::Hub(Box::new(store))
         }
         None => {
-            let (store, created) = Store::open(&config.store, mode)?;
+            let (mut store, created) = Store::open(&config.store, mode)?;
             if created {
                 tracing::info!(store = %config.store.display(), "created a new store (first start)");
             }
+            store.keep_audit(config.audit_kept);
             store
         }
     };
@@ -188,7 +189,15 @@ pub async fn serve(
     };
     let urgent = wiring.urgent.clone();
     let tick = wiring.tick;
+    let in_hub = matches!(*store, Store::Hub(_));
     let build = |d: &record::Desired, stored: Option<record::FleetRecord>| {
+        if in_hub
+            && let Some(problem) = hub_store::fleet_name_problem(
+                d.fleet_rollout.metadata.name.as_deref().unwrap_or(""),
+            )
+        {
+            return Err(fleet::FleetError(problem));
+        }
         FleetController::new(d, stored, &wiring)
     };
     // Per-fleet isolation: a fleet whose desired state is invalid (or cannot be driven) keeps

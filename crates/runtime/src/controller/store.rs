@@ -144,6 +144,8 @@ fn guarded<T>(
 pub struct LocalStore {
     db: Database,
     path: String,
+    /// How many audit entries are kept, the oldest dropped at each commit (0: every one).
+    audit_kept: u64,
 }
 
 impl std::fmt::Debug for LocalStore {
@@ -214,6 +216,7 @@ impl LocalStore {
             })
         })?;
         let mut store = LocalStore {
+            audit_kept: 0,
             db,
             path: name.clone(),
         };
@@ -296,6 +299,12 @@ impl LocalStore {
             txn.open_table(META)?.insert("schema", SCHEMA)?;
             Ok(())
         })
+    }
+
+    /// Keeps the newest `kept` audit entries from the next commit on, the oldest dropped (0:
+    /// every one, the default).
+    pub fn keep_audit(&mut self, kept: u64) {
+        self.audit_kept = kept;
     }
 
     /// The schema version the store carries.
@@ -468,6 +477,12 @@ impl LocalStore {
                     let mut table = txn.open_table(AUDIT)?;
                     for (seq, bytes) in &encoded_audit {
                         table.insert(*seq, bytes.as_slice())?;
+                    }
+                    if let Some((newest, _)) = encoded_audit.last()
+                        && self.audit_kept > 0
+                        && *newest > self.audit_kept
+                    {
+                        table.retain_in(..=newest - self.audit_kept, |_, _| false)?;
                     }
                 }
                 {

@@ -159,8 +159,8 @@ pub enum Verb {
     /// Set an image.
     #[command(subcommand)]
     Set(SetCommand),
-    /// Wait until the fleet rollout completes (exit 0) or halts or aborts (exit 1); exit 3 on
-    /// timeout.
+    /// Wait until the fleet rollout completes (exit 0), completes with clusters skipped (exit
+    /// 4) or halts or aborts (exit 1); exit 3 on timeout.
     Status {
         /// The FleetRollout.
         name: String,

@@ -45,7 +45,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Seed 000's story on this machine: four local clusters, three waves, live view, summary.
     Demo(demo::DemoArgs),
-    /// Print the CustomResourceDefinitions of Flotilla's own kinds (Fleet, FleetRollout) as YAML,
+    /// Print the CustomResourceDefinitions of Flotilla's own kinds (Fleet, FleetRollout,
+    /// FleetCommand, FleetRolloutRecord) as YAML,
     /// for `kubectl apply -f -`. Argo's kinds use Argo's CRDs, from Argo's release.
     Crds,
     /// Print the manifests that install Flotilla in a hub cluster (namespace, CRDs, least-

@@ -336,8 +336,19 @@ async fn events(
     if let Some(last) = last {
         let store = shared.store.clone();
         // The largest number is a client that has everything there can be (no overflow).
-        match tokio::task::spawn_blocking(move || store.audit(None, last.saturating_add(1))).await {
-            Ok(Ok(missed)) => {
+        let read = move || {
+            // The newest first: an entry committed meanwhile is among those read, or live.
+            let newest = store.newest_audit()?;
+            Ok::<_, super::store::StoreError>((newest, store.audit(None, last.saturating_add(1))?))
+        };
+        match tokio::task::spawn_blocking(read).await {
+            // A client that counts past this store (one restored from a backup): told, and
+            // given every entry from now on.
+            Ok(Ok((newest, _))) if last > newest => {
+                seen = None;
+                first.push(gap_event(None));
+            }
+            Ok(Ok((_, missed))) => {
                 seen = Some(missed.last().map_or(last, |e| e.seq));
                 // Entries the store no longer keeps (`auditKept`): said, not skipped in silence.
                 if let Some(oldest) = missed.first()
@@ -848,5 +859,19 @@ mod tests {
         let gap = text.find("gap").unwrap_or_else(|| panic!("{text}"));
         assert!(text[gap..].contains("{\"missed\":1}"), "{text}");
         assert!(text.find("\"e3\"").unwrap() > gap, "{text}");
+        // A client that counts past the store (restored from a backup): told, then given the
+        // entries decided from now on, not silently none until the count passes its own.
+        let (base, shared, _dir) = api(false).await;
+        let url = format!("{base}/v1/events");
+        let reader =
+            tokio::spawn(async move { read_events(&url, Some(5), |t| t.contains("\"e1\"")).await });
+        while shared.events.receiver_count() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let mut first = entry(1);
+        first.seq = 1;
+        let _ = shared.events.send(first);
+        let text = reader.await.unwrap();
+        assert!(text.contains("gap"), "{text}");
     }
 }

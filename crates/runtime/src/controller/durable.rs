@@ -87,6 +87,14 @@ impl Store {
         }
     }
 
+    /// The sequence number of the newest audit entry (0: none yet).
+    pub fn newest_audit(&self) -> Result<u64, StoreError> {
+        match self {
+            Store::Local(store) => store.newest_audit(),
+            Store::Hub(store) => Ok(store.newest_audit()),
+        }
+    }
+
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
     pub fn audit(&self, fleet: Option<&str>, since: u64) -> Result<Vec<AuditEntry>, StoreError> {
         match self {

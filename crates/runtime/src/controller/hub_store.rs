@@ -771,6 +771,11 @@ impl HubStore {
         Ok(out)
     }
 
+    /// The sequence number of the newest audit entry (0: none yet).
+    pub fn newest_audit(&self) -> u64 {
+        self.inner.lock().expect("hub store lock").audit_seq
+    }
+
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
     pub fn audit(&self, fleet: Option<&str>, since: u64) -> Vec<AuditEntry> {
         let inner = self.inner.lock().expect("hub store lock");

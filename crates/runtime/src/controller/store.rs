@@ -523,6 +523,18 @@ impl LocalStore {
         })
     }
 
+    /// The sequence number of the newest audit entry (0: none yet).
+    pub fn newest_audit(&self) -> Result<u64, StoreError> {
+        self.guard("reading the audit log's sequence", || {
+            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
+            let table = txn.open_table(SEQUENCES).map_err(|e| self.db_error(e))?;
+            Ok(table
+                .get("audit")
+                .map_err(|e| self.db_error(e))?
+                .map_or(0, |v| v.value()))
+        })
+    }
+
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.
     pub fn audit(&self, fleet: Option<&str>, since: u64) -> Result<Vec<AuditEntry>, StoreError> {
         self.guard("reading the audit log", || {

@@ -111,6 +111,15 @@ fn versions_and_replicas_are_bounded_with_file_line_and_field() {
     ] {
         assert_eq!(check_version(good), Ok(()), "{good}");
     }
+    for bad in ["../../etc", "app/../x", "/abs", "a/./b", ".."] {
+        let err = check_version(bad).unwrap_err();
+        assert!(err.contains("must not start with /"), "{bad}: {err}");
+    }
+    assert_eq!(
+        check_version("1..2"),
+        Ok(()),
+        "dots within a part are a version's"
+    );
 
     let config = AgentConfig::parse(GOOD, "a.yaml").unwrap();
     assert_eq!(config.max_replicas, DEFAULT_MAX_REPLICAS);

@@ -15,22 +15,30 @@ use crate::router::{compile_mirror, compile_route};
 pub const MAX_VERSION_LEN: usize = 128;
 
 /// Checks a version (what `{{version}}` becomes on a replica's command line): 1 to 128 of
-/// `A-Z a-z 0-9 . _ : @ + / -`. The message quotes (at most 40 characters of) the version.
+/// `A-Z a-z 0-9 . _ : @ + / -`, with no `/`-separated part that is `.` or `..` and no leading
+/// `/` (a template may put it in a path). The message quotes (at most 40 characters of) the
+/// version.
 pub fn check_version(version: &str) -> Result<(), String> {
     let allowed =
         |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '@' | '+' | '/' | '-');
-    if !version.is_empty() && version.len() <= MAX_VERSION_LEN && version.chars().all(allowed) {
-        return Ok(());
-    }
     let shown: String = version.chars().take(40).collect();
     let more = if version.chars().count() > 40 {
         "…"
     } else {
         ""
     };
-    Err(format!(
-        "version {shown:?}{more} must be 1 to {MAX_VERSION_LEN} characters of A-Z a-z 0-9 . _ : @ + / -"
-    ))
+    if version.is_empty() || version.len() > MAX_VERSION_LEN || !version.chars().all(allowed) {
+        return Err(format!(
+            "version {shown:?}{more} must be 1 to {MAX_VERSION_LEN} characters of A-Z a-z 0-9 . _ : @ + / -"
+        ));
+    }
+    if version.starts_with('/') || version.split('/').any(|part| part == "." || part == "..") {
+        return Err(format!(
+            "version {shown:?}{more} must not start with / nor have a . or .. part between /: a \
+             workload template may put it in a path"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a subset name is usable (a DNS label).

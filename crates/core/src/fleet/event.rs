@@ -360,11 +360,7 @@ impl Pending {
     ) {
         self.push(Some(at), Some(name), decision, message);
         if let Some(event) = self.0.last_mut() {
-            let mut evidence = evidence_of(name, cluster);
-            // Collected through a filter, the list has room for four; the simulator's report
-            // keeps a million of them (one measurement each, mostly).
-            evidence.shrink_to_fit();
-            event.evidence = evidence;
+            event.evidence = evidence_of(name, cluster);
         }
     }
 
@@ -409,5 +405,9 @@ pub fn evidence_of(name: &str, cluster: &ClusterState) -> Vec<Evidence> {
                 message: last.message.clone(),
             })
         })
-        .collect()
+        .collect::<Vec<_>>()
+        // Collected through a filter, the list has room for four; the simulator's report keeps
+        // a million of them (one measurement each, mostly).
+        .into_boxed_slice()
+        .into_vec()
 }

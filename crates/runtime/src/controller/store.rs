@@ -309,13 +309,24 @@ impl LocalStore {
 
     /// The schema version the store carries.
     pub fn schema(&self) -> Result<u64, StoreError> {
-        self.guard("reading its schema", || {
+        self.number("reading its schema", META, "schema", 1)
+    }
+
+    /// The number `key` of `table`, or `absent`.
+    fn number(
+        &self,
+        what: &'static str,
+        table: TableDefinition<&str, u64>,
+        key: &str,
+        absent: u64,
+    ) -> Result<u64, StoreError> {
+        self.guard(what, || {
             let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-            let meta = txn.open_table(META).map_err(|e| self.db_error(e))?;
-            Ok(meta
-                .get("schema")
+            let table = txn.open_table(table).map_err(|e| self.db_error(e))?;
+            Ok(table
+                .get(key)
                 .map_err(|e| self.db_error(e))?
-                .map_or(1, |v| v.value()))
+                .map_or(absent, |v| v.value()))
         })
     }
 
@@ -525,14 +536,7 @@ impl LocalStore {
 
     /// The sequence number of the newest audit entry (0: none yet).
     pub fn newest_audit(&self) -> Result<u64, StoreError> {
-        self.guard("reading the audit log's sequence", || {
-            let txn = self.db.begin_read().map_err(|e| self.db_error(e))?;
-            let table = txn.open_table(SEQUENCES).map_err(|e| self.db_error(e))?;
-            Ok(table
-                .get("audit")
-                .map_err(|e| self.db_error(e))?
-                .map_or(0, |v| v.value()))
-        })
+        self.number("reading the audit log's sequence", SEQUENCES, "audit", 0)
     }
 
     /// The audit log of a fleet (all fleets with `None`), from sequence `since` on.

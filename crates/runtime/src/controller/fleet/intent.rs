@@ -122,10 +122,6 @@ impl FleetController {
     /// halted or aborted with no cluster validated: Git then agrees with the rollback, and the
     /// fleet settles on it without rolling anything out (durable rejections are kept).
     fn sync(&mut self, desired: &Desired, commit: &str, now: Millis) -> Vec<AuditEntry> {
-        if let Some(why) = self.lacking(&desired.rollout) {
-            self.set_invalid(vec![why], now);
-            return Vec::new();
-        }
         self.record.desired = Some(Box::new(desired.clone()));
         let hash = template_hash(&desired.rollout);
         let short = &commit[..commit.len().min(12)];
